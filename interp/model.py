@@ -1,0 +1,173 @@
+"""`interp.Model`: a transformers model with its tokenizer, adapter, spec and interception."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from .adapters import Adapter, adapter_for
+from .errors import InterpError, InvalidInputError
+from .interception import install, uninstall
+from .spec import ModelSpec
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor  # [batch, seq], left-padded
+    attention_mask: torch.Tensor  # [batch, seq], 1 = real token
+
+    @property
+    def position_ids(self) -> torch.Tensor:
+        return position_ids_from_mask(self.attention_mask)
+
+    @property
+    def lengths(self) -> torch.Tensor:
+        return self.attention_mask.sum(-1)
+
+
+def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Position of each token counted over real tokens only (left padding gets position 0)."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+class Model:
+    """Holds `hf` (the transformers model), `tokenizer`, `spec` and the adapter.
+
+    Attention is routed through interp's wrapper (see interception.py); with no intervention
+    active it calls the model's own implementation unchanged.
+    """
+
+    def __init__(self, hf, tokenizer=None, name: str | None = None, source: str | None = None):
+        self.hf = hf.eval()
+        self.tokenizer = tokenizer
+        self.name = name or getattr(hf.config, "_name_or_path", "model")
+        self.source = source or self.name
+        self.adapter: Adapter = adapter_for(hf)
+        self.spec: ModelSpec = self.adapter.spec()
+        self._state = install(hf, self.adapter, self.spec)
+        params = inspect.signature(hf.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        if tokenizer is not None:
+            tokenizer.padding_side = "left"
+            if tokenizer.pad_token is None:
+                tokenizer.pad_token = tokenizer.eos_token if tokenizer.eos_token is not None else tokenizer.unk_token
+
+    def __repr__(self):
+        s = self.spec
+        return (f"Model({self.name!r}, {s.architecture}, layers={s.n_layers}, heads={s.n_heads}, "
+                f"kv_heads={s.n_kv_heads}, head_dim={s.head_dim})")
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.hf.parameters()).device
+
+    def detach(self) -> None:
+        """Restore the model's original attention implementation (undo `install`)."""
+        uninstall(self.hf, self.adapter, self.spec)
+
+    # ---- interventions -----------------------------------------------------------------
+    @contextlib.contextmanager
+    def intervene(self, *interventions):
+        """Apply interventions for the body of the `with`; all are removed on exit, also on error."""
+        for iv in interventions:
+            if not hasattr(iv, "bind"):
+                raise InvalidInputError(f"{iv!r} is not an interp intervention")
+            iv.bind(self)
+        handles = []
+        added = 0
+        try:
+            for iv in interventions:
+                handles.extend(iv.hooks(self))
+                self._state.active.append(iv)
+                added += 1
+            yield self
+        finally:
+            for h in handles:
+                h.remove()
+            for iv in interventions[:added]:
+                self._state.active.remove(iv)
+
+    # ---- tokenisation and forward ------------------------------------------------------
+    def tokenize(self, texts: str | Sequence[str], add_special_tokens: bool = True) -> Batch:
+        if self.tokenizer is None:
+            raise InterpError(f"{self.name} has no tokenizer: pass token ids instead of text")
+        if isinstance(texts, str):
+            texts = [texts]
+        enc = self.tokenizer(list(texts), return_tensors="pt", padding=True, add_special_tokens=add_special_tokens)
+        return Batch(enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device))
+
+    def as_batch(self, inputs, attention_mask=None) -> Batch:
+        if isinstance(inputs, Batch):
+            return inputs
+        if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], str)):
+            return self.tokenize(inputs)
+        ids = torch.as_tensor(inputs)
+        if ids.ndim == 1:
+            ids = ids.unsqueeze(0)
+        if ids.dtype not in (torch.long, torch.int32, torch.int64):
+            raise InvalidInputError(f"token ids must be integers, got {ids.dtype}")
+        if ids.numel() and (ids.min() < 0 or ids.max() >= self.spec.d_vocab):
+            raise InvalidInputError(f"token ids must lie in 0..{self.spec.d_vocab - 1}")
+        if attention_mask is None:
+            attention_mask = torch.ones_like(ids)
+        attention_mask = torch.as_tensor(attention_mask)
+        if attention_mask.shape != ids.shape:
+            raise InvalidInputError(f"attention_mask shape {tuple(attention_mask.shape)} != ids shape {tuple(ids.shape)}")
+        return Batch(ids.to(self.device), attention_mask.to(self.device))
+
+    def _call(self, ids, mask, batch_start=0, **kw):
+        self._state.batch_start = batch_start
+        try:
+            return self.hf(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), **kw)
+        finally:
+            self._state.batch_start = 0
+
+    @torch.no_grad()
+    def forward(self, inputs, attention_mask=None, batch_size: int | None = None) -> torch.Tensor:
+        """Logits [batch, seq, vocab] (or last hidden states for encoders), batched with left padding."""
+        batch = self.as_batch(inputs, attention_mask)
+        n = batch.input_ids.shape[0]
+        bs = batch_size or n
+        if bs < 1:
+            raise InvalidInputError("batch_size must be >= 1")
+        outs = []
+        for start in range(0, n, bs):
+            ids = batch.input_ids[start:start + bs]
+            mask = batch.attention_mask[start:start + bs]
+            out = self._call(ids, mask, batch_start=start)
+            outs.append(out.logits if hasattr(out, "logits") else out.last_hidden_state)
+        return torch.cat(outs, dim=0)
+
+    @torch.no_grad()
+    def greedy_decode(self, inputs, max_new_tokens: int, attention_mask=None, on_step=None) -> torch.Tensor:
+        """Greedy continuation with a KV cache: prefill, then one token per step. Returns [batch, new].
+
+        `on_step(step, new_tokens)` is called after each token is chosen (step 0 = from the prefill).
+        Interventions active around the call apply to prefill and every decode step.
+        """
+        if not self.spec.causal:
+            raise InvalidInputError(f"{self.spec.architecture} is an encoder; it cannot decode")
+        from transformers import DynamicCache
+
+        batch = self.as_batch(inputs, attention_mask)
+        mask = batch.attention_mask
+        cache = DynamicCache(config=self.hf.config)
+        out = self._call(batch.input_ids, mask, use_cache=True, **{self._cache_kw: cache})
+        tokens = []
+        for step in range(max_new_tokens):
+            nxt = out.logits[:, -1].argmax(-1)
+            tokens.append(nxt)
+            if on_step is not None:
+                on_step(step, nxt)
+            if step == max_new_tokens - 1:
+                break
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            pos = position_ids_from_mask(mask)[:, -1:]
+            self._state.batch_start = 0
+            out = self.hf(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, use_cache=True,
+                          **{self._cache_kw: cache})
+        return torch.stack(tokens, dim=1)

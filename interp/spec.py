@@ -1,0 +1,75 @@
+"""ModelSpec and RopeSpec: the geometry of a model, read from the model itself by its adapter."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    """Rotary position embedding of the attention heads.
+
+    `inv_freq[j]` is the angular frequency of rotary pair j as the model's own rotary module
+    holds it (after llama3 / YaRN / linear scaling). `layout` says which dims form pair j:
+    "rotate_half": (j, j + rotary_dims/2); "interleaved": (2j, 2j+1). Only the first
+    `rotary_dims` dims of a head rotate (partial rotary when < head_dim).
+    """
+
+    theta: float
+    rotary_dims: int
+    head_dim: int
+    layout: str
+    inv_freq: tuple[float, ...]
+    scaling: str = "default"
+    attention_scaling: float = 1.0
+    dynamic: bool = False
+
+    @property
+    def n_pairs(self) -> int:
+        return self.rotary_dims // 2
+
+    def pair_dims(self, j: int) -> tuple[int, int]:
+        if self.layout == "rotate_half":
+            return (j, j + self.rotary_dims // 2)
+        return (2 * j, 2 * j + 1)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    architecture: str
+    model_type: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_model: int
+    d_vocab: int
+    max_positions: int | None
+    causal: bool
+    positional: str  # "rope", "learned", or "none"
+    rope: RopeSpec | None = None
+    sliding_window: int | None = None
+    sliding_layers: tuple[int, ...] = ()
+    attn_logit_softcap: float | None = None
+    qk_norm: bool = False
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def group_size(self) -> int:
+        return self.n_heads // self.n_kv_heads
+
+    @property
+    def n_total_heads(self) -> int:
+        return self.n_layers * self.n_heads
+
+    def kv_head_of(self, head: int) -> int:
+        """Key/value head shared by query head `head` (HF's repeat_kv order: consecutive groups)."""
+        return head // self.group_size
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["group_size"] = self.group_size
+        return d
