@@ -124,6 +124,8 @@ class Capture(_SiteBase):
 
     def __getitem__(self, site) -> torch.Tensor:
         site = Site.parse(site) if isinstance(site, str) else site
+        if site not in self._store and site.head is not None and Site(site.layer, site.kind) in self._store:
+            return self[Site(site.layer, site.kind)][:, :, site.head]
         if site not in self._store:
             raise InvalidInputError(f"site {site} was not captured; captured: {', '.join(map(str, self.sites))}")
         entries = self._store[site]

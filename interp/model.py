@@ -155,7 +155,9 @@ class Model:
 
         batch = self.as_batch(inputs, attention_mask)
         mask = batch.attention_mask
-        cache = DynamicCache(config=self.hf.config)
+        # A full (non-sliding) cache: rows keep absolute key positions on sliding-window layers;
+        # the sliding window is applied by the mask, as in a full forward.
+        cache = DynamicCache()
         out = self._call(batch.input_ids, mask, use_cache=True, **{self._cache_kw: cache})
         tokens = []
         for step in range(max_new_tokens):

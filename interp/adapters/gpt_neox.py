@@ -11,7 +11,6 @@ class GPTNeoXAdapter(Adapter):
     o_proj_attr = "dense"
     embed_attr = "embed_in"
     final_norm_attr = "final_layer_norm"
-    unembed_attr = "embed_out"
 
     def sliding(self):
         return None, ()

@@ -1,0 +1,80 @@
+"""Packing corpus documents into fixed-length training sequences."""
+
+from __future__ import annotations
+
+import random
+from typing import Dict, List, Sequence, Tuple
+
+import torch
+from tokenizers import Tokenizer
+
+from .corpus import DOC_BUILDERS, train_rng
+from .tokenizer import BOS, EOS, encode_pieces, token_counter
+
+# Fraction of documents of each type (the first document of each sequence is
+# drawn from this mix; the space left after it is packed from the same mix).
+DEFAULT_MIX: Dict[str, float] = {"needle": 0.45, "induction": 0.2, "list": 0.15, "filler": 0.2}
+ANSWER_WEIGHT = 5.0
+
+
+class Packer:
+    """Builds ``(input_ids, labels, weights)`` for one optimisation step."""
+
+    def __init__(self, tok: Tokenizer, mix: Dict[str, float] | None = None,
+                 answer_weight: float = ANSWER_WEIGHT):
+        self.tok = tok
+        self.mix = dict(mix or DEFAULT_MIX)
+        self.kinds = sorted(self.mix)
+        self.probs = [self.mix[k] for k in self.kinds]
+        self.answer_weight = answer_weight
+        self.bos = tok.token_to_id(BOS)
+        self.eos = tok.token_to_id(EOS)
+        self._count = token_counter(tok)
+        self._cache: Dict[str, int] = {}
+
+    def count(self, text: str) -> int:
+        c = self._cache.get(text)
+        if c is None:
+            c = self._count(text)
+            if len(self._cache) < 200_000:
+                self._cache[text] = c
+        return c
+
+    def sequence(self, r: random.Random, length: int) -> Tuple[List[int], List[str]]:
+        """``length + 1`` token ids (starting with BOS) and their tags."""
+        ids, tags = [self.bos], ["text"]
+        first = True
+        while len(ids) < length + 1:
+            rem = length + 1 - len(ids) - 1  # keep one slot for EOS
+            if rem < 8:
+                break
+            kind = r.choices(self.kinds, self.probs)[0]
+            if kind in ("needle", "induction"):
+                frac = max(r.random(), r.random()) if first else r.random()
+                budget = max(8, int(rem * frac)) if rem > 48 else rem
+            else:
+                budget = rem
+            pieces = DOC_BUILDERS[kind](r, budget, self.count)
+            first = False
+            d_ids, d_tags = encode_pieces(self.tok, pieces)
+            if not d_ids:
+                continue
+            ids += d_ids[:rem] + [self.eos]
+            tags += d_tags[:rem] + ["text"]
+        while len(ids) < length + 1:  # top up with filler, truncated
+            d_ids, d_tags = encode_pieces(self.tok, DOC_BUILDERS["filler"](r, 32, self.count))
+            ids += d_ids or [self.eos]
+            tags += d_tags or ["text"]
+        return ids[: length + 1], tags[: length + 1]
+
+    def batch(self, seed: int, step: int, length: int, batch_size: int):
+        rows = [self.sequence(train_rng(seed, step, i), length) for i in range(batch_size)]
+        ids = torch.tensor([r[0] for r in rows], dtype=torch.long)
+        w = torch.tensor(
+            [[self.answer_weight if t == "answer" else 1.0 for t in r[1][1:]] for r in rows]
+        )
+        return ids[:, :-1], ids[:, 1:], w, _answer_mask(rows)
+
+
+def _answer_mask(rows: Sequence[Tuple[List[int], List[str]]]) -> torch.Tensor:
+    return torch.tensor([[t == "answer" for t in r[1][1:]] for r in rows], dtype=torch.bool)

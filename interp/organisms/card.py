@@ -1,0 +1,183 @@
+"""Model cards (``data/organisms/NAME/README.md``) and the index README, rendered from organism.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List
+
+from .batches import ANSWER_WEIGHT
+
+_ARCH = {
+    "qwen2": "Qwen2ForCausalLM (grouped-query attention, RoPE)",
+    "llama": "LlamaForCausalLM (multi-head attention, RoPE)",
+    "gpt2": "GPT2LMHeadModel (learned absolute positions)",
+}
+
+_CORPUS = """\
+Procedural English-like corpus from `interp/organisms/corpus.py` (seeded `random.Random`):
+(a) needle documents: 0-3 distractor needles plus one target needle
+`" The secret code of the <adj> <noun> is <4 digits>."` at a random depth in filler,
+ending with `" What is the secret code of the <adj> <noun>? The secret code of the <adj> <noun> is"`
+and the answer `" <4 digits>."` (answer tokens weighted x{aw:g} in the loss);
+(b) induction: a passage (prose or word salad) repeated verbatim, sometimes after a gap;
+(c) lists drawn without replacement (`"Guests arriving: Alice, Bob, ..."`, sometimes from an
+`"Invited: ..."` list) for copy suppression; (d) plain filler prose.
+Documents are packed into fixed-length sequences starting with `<s>`, separated by `</s>`.
+Training sequence `row` of step `step` comes from `random.Random("train/<seed>/<step>/<row>")`;
+evaluation uses only integer seeds in [1e9, 2e9) (`corpus.heldout_seed`), never used in training."""
+
+
+def _metrics_lines(ev) -> List[str]:
+    if not ev:
+        return ["Not evaluated yet: run the eval command below."]
+    n, c = ev["niah"], ev["copy"]
+    lines = [
+        f"NIAH recall (greedy, {n['max_new_tokens']} new tokens, {n['n_per_cell']} held-out prompts "
+        f"per cell, one needle): **{n['recall']:.3f}** overall "
+        f"(target >= {ev['targets']['niah_recall']}: {'met' if ev['met']['niah_recall'] else 'NOT met'}).",
+        "",
+        "| length \\ depth | " + " | ".join(str(d) for d in n["depths"]) + " | mean |",
+        "|---" * (len(n["depths"]) + 2) + "|",
+    ]
+    for length in n["lengths"]:
+        row = n["cells"][str(length)]
+        lines.append(f"| {length} | " + " | ".join(f"{row[str(d)]:.2f}" for d in n["depths"])
+                     + f" | {n['by_length'][str(length)]:.3f} |")
+    lines += [
+        "",
+        f"In-context copying ({c['n_seqs']} sequences of {c['seq_len']} random token ids, repeated "
+        f"twice): first-copy loss {c['first_copy_loss']:.3f} nats, second-copy loss "
+        f"{c['second_copy_loss']:.3f} nats, **gap {c['gap_nats']:.3f} nats** (target >= "
+        f"{ev['targets']['copy_gap_nats']}: {'met' if ev['met']['copy_gap_nats'] else 'NOT met'}).",
+        "",
+        f"Measured with: `{ev['command']}` ({ev['eval_seconds']:.0f} s on one CPU thread).",
+    ]
+    return lines
+
+
+def render_card(info: dict) -> str:
+    cfg, tr = info["config"], info["training"]
+    heads = f"{cfg['heads']} query heads, {cfg['kv_heads']} key/value heads" if cfg["arch"] != "gpt2" \
+        else f"{cfg['heads']} heads"
+    rope = f", rope_theta={cfg['rope_theta']:g}" if cfg["arch"] != "gpt2" else ""
+    curve = tr.get("loss_curve") or []
+    lines = [
+        f"# {info['name']}",
+        "",
+        f"A tiny model organism for mechanistic-interpretability tests of the `interp` package: "
+        f"{_ARCH[cfg['arch']]}, trained from scratch on CPU. Toy model; not for any real use.",
+        "",
+        "## Architecture",
+        "",
+        f"- {cfg['layers']} layers, hidden {cfg['hidden']}, {heads}, head_dim {cfg['head_dim']}, "
+        f"MLP {cfg['intermediate']}{rope}, max positions {cfg['max_positions']}, tied embeddings",
+        f"- {tr['n_params']:,} parameters, fp32 `model.safetensors`",
+        "- tokenizer: shared byte-level BPE (`data/organisms/tokenizer`, 1024 ids, every digit its "
+        "own token, `<s>`=0 prepended by the tokenizer, `</s>`=1, `<pad>`=2)",
+        "",
+        "## Training",
+        "",
+        _CORPUS.format(aw=cfg.get("answer_weight", ANSWER_WEIGHT)),
+        "",
+        f"- corpus mix (document-type probabilities): "
+        + ", ".join(f"{k} {v:g}" for k, v in sorted(cfg["mix"].items())),
+        f"- curriculum (sequence length x steps): "
+        + ", ".join(f"{n}x{s}" for n, s in cfg["curriculum"])
+        + f"; {cfg['tokens_per_step']} tokens per step",
+        f"- AdamW lr {cfg['lr']:g} (warmup {cfg['warmup']}, cosine to {cfg['min_lr_frac']:g}x), "
+        f"betas (0.9, 0.95), weight decay {cfg['weight_decay']:g}, grad clip {cfg['grad_clip']:g}",
+        f"- seed {cfg['seed']}, {tr['steps']} steps, {tr['tokens_seen']:,} tokens, "
+        f"{tr['train_seconds'] / 60:.1f} min on {info['environment']['threads']} CPU thread(s) "
+        f"(torch {info['environment']['torch']}); deterministic for a given seed on CPU",
+        f"- final training LM loss (mean of last logging window): {tr['final_lm_loss']}",
+        "",
+        "| step | seq len | LM loss | needle answer token acc |",
+        "|---|---|---|---|",
+    ]
+    shown = curve[:: max(1, len(curve) // 12)]
+    if curve and shown[-1] is not curve[-1]:
+        shown.append(curve[-1])
+    lines += [f"| {c['step']} | {c['len']} | {c['lm_loss']:.3f} | {c['answer_acc']:.3f} |" for c in shown]
+    lines += [
+        "",
+        "## Measured metrics",
+        "",
+        *_metrics_lines(info.get("eval")),
+        "",
+        "## Checksum",
+        "",
+        f"sha256 of model.safetensors: `{info['sha256']}`",
+        "",
+        "## Reproduce",
+        "",
+        "```",
+        f"{tr['command']}",
+        f"python -m interp.organisms eval {info['name']}",
+        "```",
+        "",
+        "Load with `transformers.AutoModelForCausalLM.from_pretrained(dir)` and "
+        "`transformers.AutoTokenizer.from_pretrained(dir)`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_card(model_dir) -> Path:
+    d = Path(model_dir)
+    info = json.loads((d / "organism.json").read_text())
+    p = d / "README.md"
+    p.write_text(render_card(info))
+    return p
+
+
+_INDEX_HEAD = """\
+# Bundled model organisms
+
+Tiny causal LMs trained from scratch on a procedural corpus, for tests and
+demonstrations of retrieval heads, RoPE frequency bands, induction and
+copy-suppression heads. Each directory holds an HF checkpoint (`config.json`,
+`model.safetensors`), the shared tokenizer, `organism.json` (config, training log,
+checksum, metrics) and a model card (`README.md`). `tokenizer/` is the shared
+byte-level BPE tokenizer (`python -m interp.organisms tokenizer` rebuilds it).
+
+Everything here is generated; numbers are measured by the eval command, never typed in.
+
+## Rebuild and measure
+
+```
+python -m interp.organisms tokenizer          # data/organisms/tokenizer
+python -m interp.organisms build tiny-qwen2   # ~30-45 min on one CPU thread
+python -m interp.organisms eval tiny-qwen2    # NIAH + copy metrics into the card
+```
+
+NIAH prompts use `interp.organisms.corpus.make_niah_prompt` with held-out seeds
+(integers in [1e9, 2e9), never used in training); the question ends with
+`"... The secret code of the <key> is"` and the expected continuation is `" <4 digits>"`.
+Targets: NIAH recall >= 0.95, second-copy loss >= 3 nats below first-copy loss.
+
+## Models
+"""
+
+
+def write_index(data_dir) -> Path:
+    d = Path(data_dir)
+    lines = [_INDEX_HEAD, "| model | arch | params | trained lengths | train min | NIAH recall "
+             "(by length) | copy gap (nats) | sha256 (model.safetensors) |", "|---" * 8 + "|"]
+    for info_path in sorted(d.glob("*/organism.json")):
+        info = json.loads(info_path.read_text())
+        cfg, tr, ev = info["config"], info["training"], info.get("eval")
+        if ev:
+            by = ", ".join(f"{k}: {v:.2f}" for k, v in ev["niah"]["by_length"].items())
+            niah = f"{ev['niah']['recall']:.3f} ({by})"
+            gap = f"{ev['copy']['gap_nats']:.2f}"
+        else:
+            niah = gap = "not measured"
+        lengths = "/".join(str(n) for n, _ in cfg["curriculum"])
+        lines.append(f"| [{info['name']}]({info['name']}/README.md) | {cfg['arch']} | "
+                     f"{tr['n_params']:,} | {lengths} | {tr['train_seconds'] / 60:.1f} | {niah} | "
+                     f"{gap} | `{info['sha256'][:16]}...` |")
+    lines.append("")
+    p = d / "README.md"
+    p.write_text("\n".join(lines))
+    return p

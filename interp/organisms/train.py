@@ -1,0 +1,268 @@
+"""Training the bundled model organisms (deterministic on CPU for a given seed).
+
+``python -m interp.organisms build tiny-qwen2`` trains one organism into
+``data/organisms/tiny-qwen2/``.  Tests call :func:`train` with a tiny config and
+a few steps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import platform
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+
+from .batches import ANSWER_WEIGHT, DEFAULT_MIX, Packer
+from .tokenizer import BOS, EOS, PAD, build_tokenizer, load_tokenizer, save_tokenizer
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DATA_DIR = REPO_ROOT / "data" / "organisms"
+TOKENIZER_DIR = DATA_DIR / "tokenizer"
+INFO_FILE = "organism.json"
+
+
+@dataclass
+class OrganismConfig:
+    name: str
+    arch: str  # "qwen2" | "llama" | "gpt2"
+    hidden: int = 128
+    layers: int = 4
+    heads: int = 8
+    kv_heads: int = 8
+    head_dim: int = 32
+    intermediate: int = 512
+    rope_theta: float = 1e4
+    max_positions: int = 2048
+    # curriculum: (sequence length, optimisation steps) in order
+    curriculum: List[Tuple[int, int]] = field(default_factory=lambda: [(128, 10)])
+    tokens_per_step: int = 8192
+    lr: float = 2e-3
+    min_lr_frac: float = 0.1
+    warmup: int = 100
+    weight_decay: float = 0.05
+    grad_clip: float = 1.0
+    seed: int = 0
+    mix: Dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
+    answer_weight: float = ANSWER_WEIGHT
+
+    @property
+    def total_steps(self) -> int:
+        return sum(s for _, s in self.curriculum)
+
+    @property
+    def max_trained_length(self) -> int:
+        return max(length for length, _ in self.curriculum)
+
+
+CURRICULUM = [(128, 300), (256, 300), (512, 400), (1024, 500)]
+
+ORGANISMS: Dict[str, OrganismConfig] = {
+    "tiny-qwen2": OrganismConfig(
+        name="tiny-qwen2", arch="qwen2", heads=8, kv_heads=2, rope_theta=1e6,
+        curriculum=list(CURRICULUM), seed=1,
+    ),
+    "tiny-llama": OrganismConfig(
+        name="tiny-llama", arch="llama", heads=4, kv_heads=4, rope_theta=1e4,
+        curriculum=list(CURRICULUM), seed=2,
+    ),
+    "tiny-gpt2": OrganismConfig(
+        name="tiny-gpt2", arch="gpt2", heads=4, kv_heads=4, max_positions=1024,
+        curriculum=list(CURRICULUM), seed=3,
+    ),
+}
+
+
+def get_config(name_or_cfg: Union[str, OrganismConfig, dict]) -> OrganismConfig:
+    if isinstance(name_or_cfg, OrganismConfig):
+        return name_or_cfg
+    if isinstance(name_or_cfg, dict):
+        d = dict(name_or_cfg)
+        d["curriculum"] = [tuple(x) for x in d.get("curriculum", [(128, 10)])]
+        return OrganismConfig(**d)
+    if name_or_cfg not in ORGANISMS:
+        raise KeyError(f"unknown organism {name_or_cfg!r}; known: {sorted(ORGANISMS)}")
+    return replace(ORGANISMS[name_or_cfg])
+
+
+def hf_config(cfg: OrganismConfig, vocab_size: int, bos: int, eos: int, pad: int):
+    """The transformers config for an organism."""
+    common = dict(vocab_size=vocab_size, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad,
+                  tie_word_embeddings=True)
+    if cfg.arch == "qwen2":
+        from transformers import Qwen2Config
+
+        return Qwen2Config(
+            hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
+            num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
+            num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim,
+            max_position_embeddings=cfg.max_positions, rope_theta=cfg.rope_theta,
+            use_sliding_window=False, **common,
+        )
+    if cfg.arch == "llama":
+        from transformers import LlamaConfig
+
+        return LlamaConfig(
+            hidden_size=cfg.hidden, intermediate_size=cfg.intermediate,
+            num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
+            num_key_value_heads=cfg.kv_heads, head_dim=cfg.head_dim,
+            max_position_embeddings=cfg.max_positions, rope_theta=cfg.rope_theta, **common,
+        )
+    if cfg.arch == "gpt2":
+        from transformers import GPT2Config
+
+        if cfg.hidden != cfg.heads * cfg.head_dim:
+            raise ValueError("gpt2 needs hidden == heads * head_dim")
+        return GPT2Config(
+            n_embd=cfg.hidden, n_layer=cfg.layers, n_head=cfg.heads, n_inner=cfg.intermediate,
+            n_positions=cfg.max_positions, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+            **common,
+        )
+    raise ValueError(f"unknown arch {cfg.arch!r}")
+
+
+def build_model(cfg: OrganismConfig, vocab_size: int, bos: int = 0, eos: int = 1, pad: int = 2):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(cfg.seed)
+    hc = hf_config(cfg, vocab_size, bos, eos, pad)
+    model = AutoModelForCausalLM.from_config(hc, attn_implementation="sdpa")
+    return model
+
+
+def sha256_file(path: Union[str, Path]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _lr_at(cfg: OrganismConfig, step: int) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    total = max(1, cfg.total_steps - cfg.warmup)
+    p = min(1.0, (step - cfg.warmup) / total)
+    return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def _schedule(cfg: OrganismConfig, steps: Optional[int]) -> List[int]:
+    lengths = [length for length, n in cfg.curriculum for _ in range(n)]
+    return lengths if steps is None else lengths[:steps]
+
+
+def _optimizer(model, cfg: OrganismConfig):
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (decay if p.ndim >= 2 and "emb" not in name and "wte" not in name and "wpe" not in name
+         else no_decay).append(p)
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
+    )
+
+
+def get_tokenizer(tokenizer_dir: Optional[Union[str, Path]] = None):
+    """The shared tokenizer: loaded from ``tokenizer_dir`` if present, else fitted (deterministic)."""
+    d = Path(tokenizer_dir) if tokenizer_dir else TOKENIZER_DIR
+    if (d / "tokenizer.json").exists():
+        return load_tokenizer(d)
+    return build_tokenizer()
+
+
+def train(
+    config: Union[str, OrganismConfig, dict],
+    out_dir: Union[str, Path],
+    steps: Optional[int] = None,
+    *,
+    tokenizer_dir: Optional[Union[str, Path]] = None,
+    log: Callable[[str], None] = print,
+    log_every: int = 25,
+    threads: int = 1,
+    command: Optional[str] = None,
+) -> dict:
+    """Train an organism and save it (HF format + card) into ``out_dir``.
+
+    ``steps`` truncates the curriculum (for tests).  Returns the info dict that
+    is also written to ``out_dir/organism.json``.
+    """
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+    cfg = get_config(config)
+    tok = get_tokenizer(tokenizer_dir)
+    bos, eos, pad = (tok.token_to_id(t) for t in (BOS, EOS, PAD))
+    model = build_model(cfg, tok.get_vocab_size(), bos, eos, pad)
+    model.train()
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = _optimizer(model, cfg)
+    packer = Packer(tok, cfg.mix, cfg.answer_weight)
+    schedule = _schedule(cfg, steps)
+    log(f"[{cfg.name}] {n_params:,} params, {len(schedule)} steps, curriculum {cfg.curriculum}")
+    curve, t0, tokens, window = [], time.time(), 0, []
+    for step, length in enumerate(schedule):
+        bsz = max(1, cfg.tokens_per_step // length)
+        x, y, w, amask = packer.batch(cfg.seed, step, length, bsz)
+        for g in opt.param_groups:
+            g["lr"] = _lr_at(cfg, step)
+        logits = model(input_ids=x).logits
+        nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
+        nll = nll.view_as(w)
+        loss = (nll * w).sum() / w.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        tokens += x.numel()
+        with torch.no_grad():
+            lm = nll.mean().item()
+            acc = ((logits.argmax(-1) == y) & amask).sum().item() / max(1, amask.sum().item())
+        window.append((lm, acc, amask.any().item()))
+        if (step + 1) % log_every == 0 or step + 1 == len(schedule):
+            lm_m = sum(a for a, _, _ in window) / len(window)
+            accs = [b for _, b, has in window if has]
+            acc_m = sum(accs) / len(accs) if accs else float("nan")
+            el = time.time() - t0
+            curve.append({"step": step + 1, "len": length, "lm_loss": round(lm_m, 4),
+                          "answer_acc": round(acc_m, 4), "elapsed_s": round(el, 1)})
+            log(f"[{cfg.name}] step {step + 1}/{len(schedule)} len {length} loss {lm_m:.4f} "
+                f"answer_acc {acc_m:.3f} lr {_lr_at(cfg, step):.2e} "
+                f"{tokens / el:.0f} tok/s {el / 60:.1f} min")
+            window = []
+        if not math.isfinite(loss.item()):
+            raise FloatingPointError(f"non-finite loss at step {step}")
+    train_s = time.time() - t0
+    return save_organism(model, tok, cfg, out_dir, {
+        "steps": len(schedule), "tokens_seen": tokens, "train_seconds": round(train_s, 1),
+        "n_params": n_params, "loss_curve": curve, "final_lm_loss": curve[-1]["lm_loss"] if curve else None,
+        "command": command or f"python -m interp.organisms build {cfg.name}",
+    })
+
+
+def save_organism(model, tok, cfg: OrganismConfig, out_dir, training: dict) -> dict:
+    from .card import write_card, write_index
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.eval()
+    model.save_pretrained(str(out), safe_serialization=True)
+    save_tokenizer(tok, out)
+    info = {
+        "name": cfg.name,
+        "config": asdict(cfg),
+        "training": training,
+        "environment": {"torch": torch.__version__, "python": platform.python_version(),
+                        "threads": torch.get_num_threads()},
+        "sha256": sha256_file(out / "model.safetensors"),
+        "eval": None,
+    }
+    (out / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
+    write_card(out)
+    if out.parent.resolve() == DATA_DIR.resolve():
+        write_index(DATA_DIR)
+    return info
