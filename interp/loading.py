@@ -106,7 +106,7 @@ def resolve(name: str) -> tuple[str, str]:
 def _not_found(name: str, source: str, err: Exception) -> ModelNotFoundError:
     return ModelNotFoundError(
         f"could not load {name!r} ({source}): the weights are not in the local Hugging Face cache and could not be "
-        f"fetched ({type(err).__name__}). Download them on a machine with network access "
+        f"fetched (Hub unreachable or the repo is gated/missing). Download them on a machine with network access "
         f"(huggingface-cli download {source} --local-dir DIR) and pass the directory: --model DIR"
     )
 
@@ -128,10 +128,24 @@ def load_config(name: str):
         raise ModelNotFoundError(f"cannot read the config of {name!r} at {source}: {e}") from None
 
 
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    import socket
+    from urllib.parse import urlparse
+
+    host = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
 def _hub_kwargs(kind: str) -> dict:
+    """Read from the local HF cache only, unless the Hub answers within seconds (never hang)."""
     if kind != "hub":
         return {}
-    # Do not hang when the Hub is unreachable: short timeouts; fail fast when offline.
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or not _hub_reachable():
+        return {"local_files_only": True}
     os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")
     os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "30")
     return {}
@@ -191,3 +205,25 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
     if device_map is None:
         hf = hf.to(device)
     return Model(hf, tok, name=name_or_path, source=source)
+
+
+def spec_from_config(name: str):
+    """ModelSpec from the config alone: the model is built on the meta device (no weights, no RAM),
+    and its rotary module is materialised on CPU to read the scaled frequencies."""
+    import transformers as tf
+
+    from .adapters import adapter_class
+
+    config = load_config(name)
+    cls = adapter_class(config.model_type)
+    cls.check_config(config)
+    auto = tf.AutoModelForCausalLM if cls.causal else tf.AutoModel
+    with torch.device("meta"):
+        hf = auto.from_config(config)
+    adapter = cls(hf)
+    if adapter.rotary_attr is not None:
+        rotary = getattr(adapter.body(), adapter.rotary_attr)
+        with torch.device("cpu"):
+            fresh = type(rotary)(config=config)
+        setattr(adapter.body(), adapter.rotary_attr, fresh)
+    return adapter.spec()

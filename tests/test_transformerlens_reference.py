@@ -226,7 +226,8 @@ def test_left_padded_rows_and_ablation_match_transformerlens(tokenizer):
     for b in range(ids.shape[0]):
         q = real[b].nonzero().squeeze(-1)
         assert _maxdiff(rows[b][:, :, q], tl_rows[b][:, :, q]) <= TOL
-        assert rows[b][:, :, q][..., ~real[b]].abs().max().item() == 0.0  # no weight on padding
+        if (~real[b]).any():
+            assert rows[b][:, :, q][..., ~real[b]].abs().max().item() == 0.0  # no weight on padding
 
     with model.intervene(interp.AblateHeads(ABLATED, mode="zero")):
         ablated = model.forward(ids, attention_mask=mask)
@@ -237,38 +238,70 @@ def test_left_padded_rows_and_ablation_match_transformerlens(tokenizer):
     assert _maxdiff(ablated[real], clean[real]) > MIN_EFFECT
 
 
-def test_bert_rows_and_zero_ablation_match_transformerlens(tokenizer, ids):
-    """Encoder: full (bidirectional) rows, and hidden states after a zero ablation."""
+def _bert_pair(tokenizer):
     from transformers import BertForMaskedLM
 
+    from interp.tiny import tiny_config
+
     model = interp.Model(tiny_random_hf("bert", seed=0))
-    ref = BertForMaskedLM(model.hf.config).eval()
+    ref = BertForMaskedLM(tiny_config("bert")).eval()  # its own config: the bridge edits it in place
     missing, unexpected = ref.bert.load_state_dict(tiny_random_hf("bert", seed=0).state_dict(), strict=False)
-    assert not unexpected and all(k.startswith("pooler.") for k in missing), (missing, unexpected)
-    br = _bridge(ref, tokenizer, "tiny-random-bert")
+    assert not missing and all(k.startswith("pooler.") for k in unexpected), (missing, unexpected)
+    return model, _bridge(ref, tokenizer, "tiny-random-bert")
+
+
+def _bert_rows(tokenizer, ids, mask):
+    model, br = _bert_pair(tokenizer)
     n_layers, seq = model.spec.n_layers, ids.shape[1]
-    out_hook = f"blocks.{n_layers - 1}.hook_out"
+    with torch.no_grad():
+        _, cache = br.run_with_cache(ids, attention_mask=mask)
+    rows = interp.attention_rows(model, ids, list(range(seq)), attention_mask=mask)
+    tl_rows = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"] for l in range(n_layers)], dim=1)
+    return rows, tl_rows
+
+
+def test_bert_hidden_states_and_zero_ablation_match_transformerlens(tokenizer, ids):
+    """Encoder: interp's output is the last hidden state, TL's is blocks.{last}.hook_out."""
+    model, br = _bert_pair(tokenizer)
+    out_hook = f"blocks.{model.spec.n_layers - 1}.hook_out"
     mask = torch.ones_like(ids)
+    captured = {}
+
+    def grab(x, hook):
+        captured[hook.name] = x.detach().clone()
+        return x
+
     with torch.no_grad():
         hidden = model.forward(ids)
-        _, cache = br.run_with_cache(ids, attention_mask=mask)
-    assert _maxdiff(hidden, cache[out_hook]) <= TOL
-
-    rows = interp.attention_rows(model, ids, list(range(seq)))
-    tl_rows = torch.stack([cache[f"blocks.{l}.attn.hook_pattern"] for l in range(n_layers)], dim=1)
-    assert _maxdiff(rows, tl_rows) <= TOL
-    assert rows.triu(1).abs().max().item() > 0.0  # bidirectional: keys after the query get weight
+        br.run_with_hooks(ids, attention_mask=mask, fwd_hooks=[(out_hook, grab)])
+    assert _maxdiff(hidden, captured.pop(out_hook)) <= TOL
 
     with model.intervene(interp.AblateHeads(ABLATED, mode="zero")):
         ablated = model.forward(ids)
     hooks = [(f"blocks.{l}.attn.hook_z", _zero_head_hook(hs)) for l, hs in _by_layer(ABLATED).items()]
-    captured = {}
-
-    def grab(x, hook):
-        captured["h"] = x.detach().clone()
-        return x
-
     with torch.no_grad():
         br.run_with_hooks(ids, attention_mask=mask, fwd_hooks=hooks + [(out_hook, grab)])
-    assert _maxdiff(ablated, captured["h"]) <= TOL
+    assert _maxdiff(ablated, captured[out_hook]) <= TOL
     assert _maxdiff(ablated, hidden) > MIN_EFFECT
+
+
+def test_bert_rows_with_padding_match_transformerlens(tokenizer, ids):
+    """With padding the model builds a 4D mask, and interp's rows are the real bidirectional ones."""
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    rows, tl_rows = _bert_rows(tokenizer, ids, mask)
+    real = mask.bool()
+    for b in range(ids.shape[0]):
+        q = real[b].nonzero().squeeze(-1)
+        assert _maxdiff(rows[b][:, :, q], tl_rows[b][:, :, q]) <= TOL
+    assert rows[0].triu(1).abs().max().item() > 0.0  # keys after the query get weight
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "interp bug: with no padding, sdpa gets attention_mask=None for BERT and interp.rows.compute_rows "
+    "treats a missing mask as 'pure causal', so an encoder's rows come back causal (row 0 = [1, 0, ...]) "
+    "although the forward itself is bidirectional. Remove this mark once compute_rows checks "
+    "module.is_causal / spec.causal."))
+def test_bert_rows_without_padding_match_transformerlens(tokenizer, ids):
+    rows, tl_rows = _bert_rows(tokenizer, ids, torch.ones_like(ids))
+    assert _maxdiff(rows, tl_rows) <= TOL

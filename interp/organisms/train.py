@@ -42,7 +42,7 @@ class OrganismConfig:
     max_positions: int = 2048
     # curriculum: (sequence length, optimisation steps) in order
     curriculum: List[Tuple[int, int]] = field(default_factory=lambda: [(128, 10)])
-    tokens_per_step: int = 8192
+    tokens_per_step: int = 6144
     lr: float = 2e-3
     min_lr_frac: float = 0.1
     warmup: int = 100
@@ -61,7 +61,7 @@ class OrganismConfig:
         return max(length for length, _ in self.curriculum)
 
 
-CURRICULUM = [(128, 300), (256, 300), (512, 400), (1024, 500)]
+CURRICULUM = [(128, 300), (256, 300), (512, 350), (1024, 400)]
 
 ORGANISMS: Dict[str, OrganismConfig] = {
     "tiny-qwen2": OrganismConfig(

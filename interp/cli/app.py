@@ -1,0 +1,85 @@
+"""typer application: `interp models`, `interp info`."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
+                  help="Mechanistic interpretability of open-weight language models.")
+
+
+@app.callback()
+def _quiet():
+    """Mechanistic interpretability of open-weight language models."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:
+        pass
+
+ModelOpt = typer.Option(None, "--model", "-m", help="Alias (see `interp models`), local checkpoint dir, or Hub id. "
+                        "Default: the bundled default model.")
+JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
+
+
+def _default_model() -> str:
+    from ..loading import DEFAULT_MODEL, bundled_models
+
+    if DEFAULT_MODEL in bundled_models():
+        return DEFAULT_MODEL
+    return "tiny-random-qwen2"
+
+
+@app.command()
+def models(as_json: bool = JsonOpt):
+    """List model aliases: bundled organisms, the MiniLM encoder, paper checkpoints, tiny random configs."""
+    from dataclasses import asdict
+
+    from ..loading import list_models
+
+    entries = list_models()
+    if as_json:
+        typer.echo(json.dumps([asdict(e) for e in entries], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="interp models")
+    for col in ("alias", "kind", "source", "available"):
+        t.add_column(col)
+    for e in entries:
+        t.add_row(e.alias, e.kind, e.source, "yes" if e.available else "no (bring weights)")
+    Console().print(t)
+
+
+@app.command()
+def info(model: Optional[str] = ModelOpt, as_json: bool = JsonOpt,
+         config_only: bool = typer.Option(False, "--config-only", help="Read only config.json (no weights); the RoPE "
+                                           "frequencies then come from a meta-device model.")):
+    """Show a model's ModelSpec: geometry, GQA grouping, RoPE frequencies and layout."""
+    from ..loading import load_model, spec_from_config
+
+    name = model or _default_model()
+    spec = spec_from_config(name) if config_only else load_model(name, device="cpu").spec
+    d = spec.to_dict()
+    if as_json:
+        typer.echo(json.dumps({"model": name, "spec": d}, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{name}: {spec.architecture}")
+    t.add_column("field")
+    t.add_column("value")
+    for k, v in d.items():
+        if k == "rope" and v is not None:
+            freqs = v["inv_freq"]
+            v = (f"theta={v['theta']:g}, layout={v['layout']}, rotary_dims={v['rotary_dims']}/{v['head_dim']}, "
+                 f"scaling={v['scaling']}, inv_freq[0]={freqs[0]:.3g} .. inv_freq[-1]={freqs[-1]:.3g}")
+        t.add_row(k, str(v))
+    Console().print(t)
