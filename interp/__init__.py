@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "load_model": "loading",
     "list_models": "loading",
+    "spec_from_config": "loading",
     "Model": "model",
     "Batch": "model",
     "HeadId": "types",
@@ -32,6 +33,9 @@ _EXPORTS = {
     "InterventionError": "errors",
 }
 
+_SUBMODULES = ("adapters", "capture", "errors", "interception", "interventions", "loading", "model", "rows",
+               "spec", "tiny", "types", "cli")
+
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
@@ -41,6 +45,10 @@ def __getattr__(name: str):
 
         mod = importlib.import_module(f".{_EXPORTS[name]}", __name__)
         return getattr(mod, name)
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'interp' has no attribute {name!r}")
 
 

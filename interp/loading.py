@@ -195,13 +195,16 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
         kw["device_map"] = device_map
     try:
         hf = auto.from_pretrained(source, **kw)
-        tok = tf.AutoTokenizer.from_pretrained(source, **_hub_kwargs(kind))
     except OSError as e:
         if kind == "hub":
             raise _not_found(name_or_path, source, e) from None
         raise ModelNotFoundError(f"cannot load {name_or_path!r} from {source}: {e}") from None
     except ValueError as e:
         raise UnsupportedModelError(f"transformers refused {name_or_path!r}: {e}") from None
+    try:
+        tok = tf.AutoTokenizer.from_pretrained(source, **_hub_kwargs(kind))
+    except (OSError, ValueError, TypeError):
+        tok = None  # weights without tokenizer files: work on token ids; model.tokenize() says so
     if device_map is None:
         hf = hf.to(device)
     return Model(hf, tok, name=name_or_path, source=source)

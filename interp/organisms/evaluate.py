@@ -66,6 +66,7 @@ def greedy(model, ids: List[int], max_new_tokens: int = MAX_NEW_TOKENS) -> List[
 def niah_eval(model, tok, lengths: Sequence[int], depths: Sequence[float] = DEPTHS,
               n_per_cell: int = 20, log=print) -> dict:
     count = token_counter(tok)
+    answer_len = count(" 0000")
     cells: Dict[str, Dict[str, float]] = {}
     hits_all = total_all = 0
     failures = []
@@ -76,7 +77,7 @@ def niah_eval(model, tok, lengths: Sequence[int], depths: Sequence[float] = DEPT
             for i in range(n_per_cell):
                 seed = corpus.heldout_seed(li * 100_000 + di * 1_000 + i)
                 # leave room for <s> and the answer so prompt + answer <= length
-                p = corpus.make_niah_prompt(depth, seed, n_tokens=length - 1 - 4,
+                p = corpus.make_niah_prompt(depth, seed, n_tokens=length - 1 - answer_len,
                                             count_tokens=count)
                 ids = tok.encode(p["prompt"]).ids
                 out = tok.decode(greedy(model, ids))

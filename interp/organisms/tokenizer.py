@@ -1,9 +1,10 @@
 """The shared BPE tokenizer of the model organisms.
 
 Byte-level BPE fitted with the ``tokenizers`` library on the procedural corpus.
-Pre-tokenization isolates every digit (``" ?\\d"``: a digit with an optional
-leading space), so a 4-digit value is always four tokens and can be copied digit
-by digit; words keep their leading space (GPT-2 style).  Special tokens:
+Pre-tokenization (the Qwen2 split) isolates every digit, so a 4-digit value is
+always four tokens and can be copied digit by digit (a space before a number is
+its own token: ``" 4821"`` -> ``" ", "4", "8", "2", "1"``); words keep their
+leading space (GPT-2 style).  Special tokens:
 ``<s>`` (BOS, id 0), ``</s>`` (EOS, id 1), ``<pad>`` (id 2).  Encoding with
 ``add_special_tokens=True`` (the default) prepends ``<s>``.
 
@@ -18,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Iterator, List, Union
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from .corpus import sample_text
 
@@ -26,7 +27,13 @@ BOS, EOS, PAD = "<s>", "</s>", "<pad>"
 SPECIAL_TOKENS = [BOS, EOS, PAD]
 DEFAULT_VOCAB_SIZE = 1024
 TOKENIZER_DOCS = 4000
-PRETOKEN_PATTERN = r" ?[A-Za-z]+| ?\d|[^\sA-Za-z\d]+|\s+"
+# Same split as the Qwen2 tokenizer family (transformers rebuilds this pipeline for
+# model_type "qwen2", so it must be ours too): digits are isolated, a space before
+# a digit is its own pre-token, words keep their leading space.
+PRETOKEN_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
 
 PathLike = Union[str, Path]
 
@@ -39,6 +46,7 @@ def _corpus(n_docs: int) -> Iterator[str]:
 def build_tokenizer(vocab_size: int = DEFAULT_VOCAB_SIZE, n_docs: int = TOKENIZER_DOCS) -> Tokenizer:
     """Fit the BPE tokenizer on ``n_docs`` corpus documents (deterministic)."""
     tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Split(Regex(PRETOKEN_PATTERN), behavior="isolated"),

@@ -1,0 +1,102 @@
+"""Loading by name and the CLI: clear errors with exit code 2, JSON output, local directories."""
+
+import json
+
+import pytest
+import torch
+import transformers as tf
+
+import interp
+from interp.cli import main
+from interp.errors import ModelNotFoundError, UnsupportedModelError
+from interp.tiny import tiny_random_hf
+
+
+def run_cli(args, capsys):
+    code = 0
+    try:
+        main(args)
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _save_tiny(tmp_path, family="llama"):
+    hf = tiny_random_hf(family, gqa=True)
+    hf.save_pretrained(tmp_path)
+    return hf
+
+
+def test_load_local_directory_roundtrip(tmp_path):
+    hf = _save_tiny(tmp_path)
+    cfg_only = interp.spec_from_config(str(tmp_path))
+    m = interp.load_model(str(tmp_path))
+    assert cfg_only == m.spec and m.spec.n_kv_heads == 2
+    x = torch.randint(0, 96, (1, 9))
+    with torch.no_grad():
+        assert torch.equal(m.forward(x), hf(x).logits)
+    # no tokenizer files were saved: text input says so instead of crashing deep inside
+    assert m.tokenizer is None
+    with pytest.raises(interp.InterpError, match="no tokenizer"):
+        m.forward("some text")
+
+
+def test_hub_alias_without_weights_fails_fast_with_advice(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotFoundError, match=r"--model DIR") as e:
+        interp.load_model("llama-3.1-8b")
+    assert "meta-llama/Llama-3.1-8B" in str(e.value)
+
+
+def test_unknown_names_and_paths():
+    with pytest.raises(ModelNotFoundError, match="interp models"):
+        interp.load_model("not-a-model")
+    with pytest.raises(ModelNotFoundError, match="no such model directory"):
+        interp.load_model("./missing/dir")
+
+
+def test_unsupported_architecture_directory(tmp_path):
+    tf.OPTConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, ffn_dim=32, num_attention_heads=2).save_pretrained(tmp_path)
+    with pytest.raises(UnsupportedModelError, match="'opt'"):
+        interp.load_model(str(tmp_path))
+
+
+def test_cli_info_json(capsys):
+    code, out, _ = run_cli(["info", "--model", "tiny-random-gpt_neox", "--json"], capsys)
+    assert code == 0
+    spec = json.loads(out)["spec"]
+    assert spec["rope"]["rotary_dims"] == 8 and spec["n_heads"] == 4
+
+
+def test_cli_models_json_lists_aliases(capsys):
+    code, out, _ = run_cli(["models", "--json"], capsys)
+    assert code == 0
+    aliases = {e["alias"] for e in json.loads(out)}
+    assert {"qwen2.5-7b", "llama-2-7b", "gemma-2-9b", "olmo-2-7b", "gpt2", "minilm-l6"} <= aliases
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["info", "--model", "nope"], "unknown model"),
+    (["info", "--model", "/no/such/dir"], "no such model directory"),
+    (["info", "--no-such-flag"], "No such option"),
+])
+def test_cli_bad_input_exits_2(args, msg, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, out, err = run_cli(args, capsys)
+    assert code == 2
+    assert msg in err
+    assert "Traceback" not in err
+
+
+def test_minilm_encoder_loads_and_matches_plain_bert():
+    m = interp.load_model("minilm-l6")
+    assert m.spec.model_type == "bert" and not m.spec.causal
+    batch = m.tokenize(["the cat sat on the mat", "a dog"])
+    plain = tf.AutoModel.from_pretrained(interp.loading.minilm_path())
+    with torch.no_grad():
+        ref = plain(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                    position_ids=batch.position_ids).last_hidden_state
+    got = m.forward(batch)
+    real = batch.attention_mask.bool()
+    assert (got[real] - ref[real]).abs().max() <= 1e-5

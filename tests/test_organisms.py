@@ -1,0 +1,187 @@
+"""Bundled model organisms: checkpoints, corpus generator, tokenizer, training smoke test."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from interp.organisms import corpus
+from interp.organisms.batches import Packer
+from interp.organisms.tokenizer import BOS, encode_pieces, load_tokenizer, token_counter
+from interp.organisms.train import DATA_DIR, OrganismConfig, get_tokenizer, sha256_file, train
+
+MODEL_DIRS = sorted(p.parent for p in DATA_DIR.glob("*/config.json"))
+SAMPLE = " What is the secret code of the green lantern? The secret code of the green lantern is 4821."
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return get_tokenizer()
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def test_bundled_organisms_exist():
+    names = {p.name for p in MODEL_DIRS}
+    assert {"tiny-qwen2", "tiny-llama", "tiny-gpt2"} <= names
+
+
+@pytest.mark.parametrize("model_dir", MODEL_DIRS, ids=[p.name for p in MODEL_DIRS])
+def test_bundled_organism_loads_and_matches_card(model_dir, tok):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    card = (model_dir / "README.md").read_text()
+    found = re.findall(r"sha256 of model.safetensors: `([0-9a-f]{64})`", card)
+    assert found, "model card has no sha256 line"
+    assert found[0] == sha256_file(model_dir / "model.safetensors")
+    info = json.loads((model_dir / "organism.json").read_text())
+    assert info["sha256"] == found[0]
+
+    hf_tok = AutoTokenizer.from_pretrained(str(model_dir))
+    ids = hf_tok(SAMPLE)["input_ids"]
+    assert ids == tok.encode(SAMPLE).ids
+    assert ids[0] == hf_tok.bos_token_id == tok.token_to_id(BOS)
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    model.eval()
+    assert model.config.vocab_size == tok.get_vocab_size()
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits
+    assert logits.shape == (1, len(ids), tok.get_vocab_size())
+    assert torch.isfinite(logits).all()
+    arch = {"tiny-qwen2": "Qwen2ForCausalLM", "tiny-llama": "LlamaForCausalLM",
+            "tiny-gpt2": "GPT2LMHeadModel"}.get(model_dir.name)
+    if arch:
+        assert type(model).__name__ == arch
+
+
+def test_shared_tokenizer_isolates_digits(tok):
+    enc = tok.encode(" The code is 4821.", add_special_tokens=False)
+    assert enc.tokens[-5:] == ["4", "8", "2", "1", "."]
+    assert tok.encode("x").ids[0] == tok.token_to_id(BOS)
+    for t in ("<s>", "</s>", "<pad>"):
+        assert tok.token_to_id(t) is not None
+
+
+def test_corpus_is_deterministic():
+    assert corpus.make_haystack(n_sentences=30, rng=5) == corpus.make_haystack(n_sentences=30, rng=5)
+    assert corpus.make_haystack(n_sentences=30, rng=5) != corpus.make_haystack(n_sentences=30, rng=6)
+    assert corpus.make_needle(7) == corpus.make_needle(7)
+    a = corpus.make_niah_prompt(0.5, corpus.heldout_seed(3), n_sentences=20)
+    b = corpus.make_niah_prompt(0.5, corpus.heldout_seed(3), n_sentences=20)
+    assert a == b
+    r1, r2 = corpus.train_rng(1, 2, 3), corpus.train_rng(1, 2, 3)
+    assert corpus.sample_text(r1, 3) == corpus.sample_text(r2, 3)
+
+
+def test_haystack_has_no_needles_or_is():
+    text = corpus.make_haystack(n_sentences=200, rng=1)
+    assert " is " not in text and "secret code" not in text
+    assert not re.search(r"\d{4}", text)
+
+
+@pytest.mark.parametrize("depth", [0.0, 0.25, 0.5, 0.75, 1.0])
+def test_niah_prompt_consistency(depth, tok):
+    count = token_counter(tok)
+    for i in range(5):
+        p = corpus.make_niah_prompt(depth, corpus.heldout_seed(i), n_tokens=300, count_tokens=count)
+        s, e = p["needle_char_span"]
+        assert p["prompt"][s:e] == p["needle"]
+        assert p["needle"] == f" The secret code of the {p['key']} is {p['value']}."
+        assert p["question"].endswith(f"The secret code of the {p['key']} is")
+        assert p["prompt"].endswith(p["question"])
+        assert p["answer"] == " " + p["value"] and re.fullmatch(r"\d{4}", p["value"])
+        assert p["prompt"].count(p["value"]) == 1
+        assert len(tok.encode(p["prompt"], add_special_tokens=False).ids) <= 300
+        if depth == 0.0:
+            assert s == 0
+        if depth == 1.0:
+            assert e + len(p["question"]) == len(p["prompt"])
+        ans = tok.encode(p["answer"], add_special_tokens=False).tokens
+        assert ans[1:] == list(p["value"])
+
+
+def test_make_needle_tuple():
+    needle, question, answer = corpus.make_needle(random.Random(11))
+    assert (question + answer).endswith(needle.rstrip("."))
+
+
+def test_heldout_seeds_are_disjoint_from_training():
+    assert corpus.heldout_seed(0) == corpus.HELDOUT_SEED_MIN
+    with pytest.raises(ValueError):
+        corpus.heldout_seed(corpus.HELDOUT_SEED_MAX)
+    # training uses string-keyed generators only
+    assert corpus.train_rng(0, 0, 0).random() != random.Random(0).random()
+
+
+def test_training_documents_tag_answers(tok):
+    count = token_counter(tok)
+    for i in range(20):
+        r = random.Random(f"test/{i}")
+        pieces = corpus.needle_doc(r, 200, count)
+        ids, tags = encode_pieces(tok, pieces)
+        assert len(ids) <= 200
+        assert ids == tok.encode("".join(p for p, _ in pieces), add_special_tokens=False).ids
+        answer = tok.decode([t for t, g in zip(ids, tags) if g == "answer"])
+        needle = next(p for p, g in pieces if g == "needle")
+        assert needle.endswith(f" is{answer}.")
+        question = next(p for p, g in pieces if g == "question")
+        assert question.split("? ")[1] in needle
+        lst = corpus.list_doc(r, 200, count)
+        items = [p.strip(" ,") for p, _ in lst[1:-1]] if lst[0][0].startswith(" Invited") else None
+        if items:
+            assert len(set(items)) == len(items)
+
+
+def test_packer_sequences(tok):
+    packer = Packer(tok)
+    x, y, w, amask = packer.batch(seed=0, step=0, length=128, batch_size=4)
+    assert x.shape == y.shape == w.shape == (4, 128)
+    assert (x[:, 0] == tok.token_to_id(BOS)).all()
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    assert (w[amask] == packer.answer_weight).all() and (w[~amask] == 1).all()
+    x2, *_ = packer.batch(seed=0, step=0, length=128, batch_size=4)
+    assert torch.equal(x, x2)
+
+
+TINY = dict(name="tiny-test", arch="llama", hidden=64, layers=1, heads=2, kv_heads=1,
+            head_dim=32, intermediate=64, max_positions=128, curriculum=[(32, 3)],
+            tokens_per_step=128, warmup=1, lr=3e-3, seed=0)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama", "gpt2"])
+def test_train_few_steps_writes_checkpoint(tmp_path, arch):
+    from transformers import AutoModelForCausalLM
+
+    cfg = OrganismConfig(**{**TINY, "arch": arch, "kv_heads": 2 if arch == "gpt2" else 1})
+    out = tmp_path / arch
+    info = train(cfg, out, steps=3, log=lambda s: None, log_every=1)
+    losses = [c["lm_loss"] for c in info["training"]["loss_curve"]]
+    assert len(losses) == 3 and all(math.isfinite(v) for v in losses)
+    assert losses[-1] < losses[0]
+    for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+              "README.md", "organism.json"):
+        assert (out / f).exists(), f
+    assert info["sha256"] == sha256_file(out / "model.safetensors")
+    assert info["sha256"] in (out / "README.md").read_text()
+    model = AutoModelForCausalLM.from_pretrained(str(out))
+    assert model.config.model_type == arch
+    load_tokenizer(out)
+
+
+def test_training_is_deterministic(tmp_path):
+    a = train(OrganismConfig(**TINY), tmp_path / "a", steps=2, log=lambda s: None)
+    b = train(OrganismConfig(**TINY), tmp_path / "b", steps=2, log=lambda s: None)
+    assert a["sha256"] == b["sha256"]
