@@ -143,12 +143,17 @@ class Model:
         return torch.cat(outs, dim=0)
 
     @torch.no_grad()
-    def greedy_decode(self, inputs, max_new_tokens: int, attention_mask=None, on_step=None) -> torch.Tensor:
+    def greedy_decode(self, inputs, max_new_tokens: int, attention_mask=None, on_step=None,
+                      decode_interventions: Sequence = ()) -> torch.Tensor:
         """Greedy continuation with a KV cache: prefill, then one token per step. Returns [batch, new].
 
         `on_step(step, new_tokens)` is called after each token is chosen (step 0 = from the prefill).
-        Interventions active around the call apply to prefill and every decode step.
+        Interventions active around the call apply to prefill and every decode step;
+        `decode_interventions` apply to the decode steps only (the prefill, which also yields the
+        first new token, runs without them), as in the original retrieval-head masking.
         """
+        if max_new_tokens < 1:
+            raise InvalidInputError("max_new_tokens must be >= 1")
         if not self.spec.causal:
             raise InvalidInputError(f"{self.spec.architecture} is an encoder; it cannot decode")
         from transformers import DynamicCache
@@ -160,16 +165,17 @@ class Model:
         cache = DynamicCache()
         out = self._call(batch.input_ids, mask, use_cache=True, **{self._cache_kw: cache})
         tokens = []
-        for step in range(max_new_tokens):
-            nxt = out.logits[:, -1].argmax(-1)
-            tokens.append(nxt)
-            if on_step is not None:
-                on_step(step, nxt)
-            if step == max_new_tokens - 1:
-                break
-            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-            pos = position_ids_from_mask(mask)[:, -1:]
-            self._state.batch_start = 0
-            out = self.hf(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, use_cache=True,
-                          **{self._cache_kw: cache})
+        with self.intervene(*decode_interventions):
+            for step in range(max_new_tokens):
+                nxt = out.logits[:, -1].argmax(-1)
+                tokens.append(nxt)
+                if on_step is not None:
+                    on_step(step, nxt)
+                if step == max_new_tokens - 1:
+                    break
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                pos = position_ids_from_mask(mask)[:, -1:]
+                self._state.batch_start = 0
+                out = self.hf(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, use_cache=True,
+                              **{self._cache_kw: cache})
         return torch.stack(tokens, dim=1)

@@ -83,3 +83,13 @@ def info(model: Optional[str] = ModelOpt, as_json: bool = JsonOpt,
                  f"scaling={v['scaling']}, inv_freq[0]={freqs[0]:.3g} .. inv_freq[-1]={freqs[-1]:.3g}")
         t.add_row(k, str(v))
     Console().print(t)
+
+
+def _register_analyses():
+    from .retrieval_cmds import ablate, detect_app
+
+    app.add_typer(detect_app, name="detect")
+    app.command("ablate")(ablate)
+
+
+_register_analyses()

@@ -1,0 +1,79 @@
+"""Run NIAH samples through greedy decoding, batched, under interventions; score the answers."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from ..tasks.niah import NiahSample, score_answer
+
+
+@dataclass
+class NiahOutcome:
+    id: str
+    continuation: str
+    generated_ids: list[int]
+    recall: bool
+    exact_prefix: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def pad_left(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    n = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), n), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), n), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, n - len(s):] = torch.tensor(list(s), dtype=torch.long)
+        mask[i, n - len(s):] = 1
+    return ids, mask
+
+
+def batches(samples: Sequence[NiahSample], batch_size: int) -> list[list[int]]:
+    """Indices grouped by context length (little padding), chunked to batch_size."""
+    by_len: dict[int, list[int]] = {}
+    for i, s in enumerate(samples):
+        by_len.setdefault(s.context_length, []).append(i)
+    out = []
+    for idx in by_len.values():
+        out += [idx[k:k + batch_size] for k in range(0, len(idx), batch_size)]
+    return out
+
+
+def run_niah(model, samples: Sequence[NiahSample], interventions: Sequence = (), decode_only: bool = False,
+             batch_size: int = 8, recorder=None, max_new_tokens: int | None = None,
+             progress: Callable[[int], None] | None = None) -> list[NiahOutcome]:
+    """Greedy-decode every sample; `interventions` apply to prefill and decode, or decode only.
+
+    `recorder` (optional) is an intervention with begin_batch(samples, ids, mask) and
+    end_batch(generated) that observes the decode (e.g. the retrieval-score recorder).
+    """
+    tok = model.tokenizer
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    outcomes: list[NiahOutcome | None] = [None] * len(samples)
+    for idx in batches(samples, batch_size):
+        group = [samples[i] for i in idx]
+        ids, mask = pad_left([s.input_ids for s in group], pad)
+        n_new = max_new_tokens or max(len(s.answer_ids) for s in group) + 2
+        observers = (recorder,) if recorder is not None else ()
+        if recorder is not None:
+            recorder.begin_batch(group, ids, mask)
+        if decode_only:
+            with model.intervene(*observers):
+                gen = model.greedy_decode(ids, n_new, attention_mask=mask, decode_interventions=tuple(interventions))
+        else:
+            with model.intervene(*interventions, *observers):
+                gen = model.greedy_decode(ids, n_new, attention_mask=mask)
+        gen = gen.cpu()
+        if recorder is not None:
+            recorder.end_batch(gen)
+        for row, (i, s) in enumerate(zip(idx, group)):
+            text = tok.decode(gen[row].tolist(), skip_special_tokens=True)
+            rec, pre = score_answer(text, s.answer)
+            outcomes[i] = NiahOutcome(s.id, text, gen[row].tolist(), rec, pre)
+        if progress is not None:
+            progress(len(idx))
+    return outcomes  # type: ignore[return-value]

@@ -1,0 +1,166 @@
+"""Retrieval-head detection (Wu et al. 2024) and a DuoAttention-style streaming score.
+
+At every greedy decode step the recorder recomputes, for each (layer, query head), the attention
+row of the current query from the real post-RoPE q and k (O(context) memory; sdpa kept) and keeps
+only its top-1 key position and its mass on sink + recent tokens. A head "copies" at a step when
+its top-1 key lies in the needle span and the token there equals the token just generated. Its
+retrieval score on a sample is the number of distinct needle positions it copied from divided by
+the answer's token count (capped at 1); scores are averaged over samples (by default only the
+samples whose answer was recalled, as in the original).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..interventions import Intervention
+from ..rows import compute_rows
+from ..tasks.niah import NiahConfig, NiahSample, build_niah
+from .niah_run import NiahOutcome, run_niah
+
+DEFAULT_SWEEP = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
+
+
+class RetrievalRecorder(Intervention):
+    """Observes the last query of every call: top-1 key per head and its sink+recent mass."""
+
+    observes_qk = True
+
+    def __init__(self, sink: int = 4, recent: int = 64):
+        super().__init__(None)
+        self.sink, self.recent = sink, recent
+        self.sample_scores: list[np.ndarray] = []  # per sample [L, H]
+        self.sample_streaming: list[np.ndarray] = []
+
+    def begin_batch(self, samples: Sequence[NiahSample], ids: torch.Tensor, mask: torch.Tensor):
+        self._samples, self._ids, self._mask = samples, ids, mask
+        self._pad = (mask == 0).sum(1)  # left padding per row
+        self._argmax: list[torch.Tensor] = []  # per call [L, b, H]
+        self._stream: list[torch.Tensor] = []
+        self._cur: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def observe_qk(self, call, q, k, v):
+        b = q.shape[0]
+        pos = torch.full((b, 1), call.q_len - 1, dtype=torch.long, device=q.device)
+        rows = compute_rows(call, q, k, pos)[:, :, 0]  # [b, H, k_len]
+        k_len = rows.shape[-1]
+        kidx = torch.arange(k_len, device=rows.device)
+        pad = self._pad.to(rows.device)[:, None]
+        keep = (kidx[None] < pad + self.sink) | (kidx[None] >= k_len - self.recent)  # [b, k_len]
+        stream = (rows * keep[:, None, :]).sum(-1)
+        self._cur[call.layer] = (rows.argmax(-1).cpu(), stream.cpu())
+        if len(self._cur) == self.spec.n_layers:
+            self._argmax.append(torch.stack([self._cur[l][0] for l in range(self.spec.n_layers)]))
+            self._stream.append(torch.stack([self._cur[l][1] for l in range(self.spec.n_layers)]))
+            self._cur = {}
+
+    def end_batch(self, generated: torch.Tensor):
+        arg = torch.stack(self._argmax)  # [T, L, b, H]
+        stream = torch.stack(self._stream).float()
+        T = min(arg.shape[0], generated.shape[1])
+        for row, s in enumerate(self._samples):
+            pad = int(self._pad[row])
+            lo, hi = s.needle_span[0] + pad, s.needle_span[1] + pad
+            a = arg[:T, :, row]  # [T, L, H]
+            in_span = (a >= lo) & (a < hi)
+            tok_at = self._ids[row][a.clamp(max=self._ids.shape[1] - 1)]
+            copied = in_span & (tok_at == generated[row, :T][:, None, None])
+            L, H = a.shape[1], a.shape[2]
+            score = np.zeros((L, H))
+            for l, h in torch.nonzero(copied.any(0)).tolist():
+                distinct = torch.unique(a[:, l, h][copied[:, l, h]]).numel()
+                score[l, h] = min(1.0, distinct / max(1, len(s.answer_ids)))
+            self.sample_scores.append(score)
+            self.sample_streaming.append(stream[:T, :, row].mean(0).numpy())
+
+
+@dataclass
+class RetrievalConfig:
+    niah: NiahConfig = field(default_factory=NiahConfig)
+    threshold: float = 0.1
+    only_successful: bool = True
+    sink_tokens: int = 4
+    recent_window: int = 64
+    batch_size: int = 8
+    sweep: tuple[float, ...] = DEFAULT_SWEEP
+
+
+@dataclass
+class RetrievalResult:
+    model: str
+    scores: list[list[float]]  # [layer][head], mean retrieval score
+    streaming: list[list[float]]  # [layer][head], mean attention mass on sink + recent window
+    threshold: float
+    heads: list[str]  # heads with score > threshold, sorted by score
+    sweep: list[dict]
+    per_layer: list[int]  # retrieval heads per layer at the threshold
+    n_samples: int
+    n_used: int  # samples averaged (successful ones when only_successful)
+    baseline_recall: float
+    config: dict
+    provenance: dict
+    outcomes: list[dict] = field(default_factory=list)
+
+    def head_ids(self):
+        from ..types import as_heads
+
+        return as_heads(self.heads)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RetrievalResult":
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+def sweep_counts(scores: np.ndarray, thresholds: Sequence[float]) -> list[dict]:
+    return [{"threshold": float(t), "n_heads": int((scores > t).sum()),
+             "per_layer": [int(x) for x in (scores > t).sum(1)]} for t in thresholds]
+
+
+def detect_retrieval_heads(model, config: RetrievalConfig | None = None, samples: Sequence[NiahSample] | None = None,
+                           progress=None) -> RetrievalResult:
+    """Run NIAH with the recorder and return per-head retrieval and streaming scores."""
+    from ..provenance import provenance
+
+    config = config or RetrievalConfig()
+    samples = list(samples) if samples is not None else build_niah(model.tokenizer, config.niah)
+    rec = RetrievalRecorder(config.sink_tokens, config.recent_window)
+    rec.bind(model)
+    outcomes: list[NiahOutcome] = run_niah(model, samples, recorder=rec, batch_size=config.batch_size,
+                                           max_new_tokens=config.niah.max_new_tokens, progress=progress)
+    scores = np.stack(rec.sample_scores)  # [N, L, H]
+    stream = np.stack(rec.sample_streaming)
+    ok = np.array([o.recall for o in outcomes])
+    use = ok if config.only_successful else np.ones_like(ok)
+    if use.sum() == 0:
+        mean, smean = np.zeros(scores.shape[1:]), stream.mean(0)
+    else:
+        mean, smean = scores[use].mean(0), stream[use].mean(0)
+    order = sorted(((mean[l, h], l, h) for l, h in zip(*np.nonzero(mean > config.threshold))), reverse=True)
+    return RetrievalResult(
+        model=model.name,
+        scores=mean.round(6).tolist(),
+        streaming=smean.round(6).tolist(),
+        threshold=config.threshold,
+        heads=[f"L{l}H{h}" for _, l, h in order],
+        sweep=sweep_counts(mean, config.sweep),
+        per_layer=[int(x) for x in (mean > config.threshold).sum(1)],
+        n_samples=len(samples),
+        n_used=int(use.sum()),
+        baseline_recall=float(ok.mean()),
+        config=_config_dict(config),
+        provenance=provenance(model),
+        outcomes=[o.to_dict() for o in outcomes],
+    )
+
+
+def _config_dict(config) -> dict:
+    d = asdict(config)
+    d["niah"]["seeds"] = list(config.niah.seeds)
+    return d

@@ -1,0 +1,69 @@
+"""Option parsing shared by the analysis commands (strings -> typed config, with clear errors)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from ..errors import InvalidInputError
+
+
+def parse_ints(text: str, what: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise InvalidInputError(f"{what} must be comma-separated integers, got {text!r}") from None
+    if not vals:
+        raise InvalidInputError(f"{what} is empty")
+    return vals
+
+
+def parse_floats(text: str, what: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise InvalidInputError(f"{what} must be comma-separated numbers, got {text!r}") from None
+    if not vals:
+        raise InvalidInputError(f"{what} is empty")
+    return vals
+
+
+def niah_config(lengths: str, depths: str, seeds: int, haystack, needles, separator: str, max_new_tokens):
+    from ..tasks.niah import NiahConfig
+
+    for f, flag in ((haystack, "--haystack"), (needles, "--needles")):
+        if f is not None and not Path(f).is_file():
+            raise InvalidInputError(f"{flag} {f}: no such file")
+    return NiahConfig(context_lengths=parse_ints(lengths, "--lengths"), depths=parse_floats(depths, "--depths"),
+                      n_seeds=seeds, haystack_file=haystack, needles_file=needles,
+                      separator=separator.encode().decode("unicode_escape"), max_new_tokens=max_new_tokens)
+
+
+def out_dir(out: str | None, command: str, model: str) -> Path:
+    if out is None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        out = Path("runs") / f"{command}-{Path(model).name}-{stamp}"
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise InvalidInputError(f"--out {out} exists and is not a directory")
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def write_json(obj: dict, path: Path) -> None:
+    """Write atomically: a half-written file never looks valid."""
+    tmp = path.with_suffix(path.suffix + ".partial")
+    tmp.write_text(json.dumps(obj, indent=2))
+    tmp.replace(path)
+
+
+def progress_bar(total: int, description: str):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from rich.console import Console
+
+    prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=False)
+    task = prog.add_task(description, total=total)
+    return prog, (lambda n: prog.advance(task, n))

@@ -1,0 +1,1 @@
+"""Tasks: seeded prompts with recorded spans (NIAH, repeated random tokens, ...)."""

@@ -1,0 +1,192 @@
+"""Needle-in-a-haystack prompts: contexts x depths x paired seeds, token spans recorded exactly.
+
+Every condition of an analysis runs on the same `NiahSample`s (paired seeds). A prompt is built
+from token ids piece by piece: [BOS] + haystack[:i] + needle + haystack[i:] + [separator] +
+question, so the needle's token span is known exactly whatever the tokenizer.
+
+Sources:
+- default: haystack sentences and needles from interp's own corpus generator
+  (`interp.organisms.corpus`); seed s fixes the needle and the sentence stream, so a longer
+  context of the same seed contains the shorter one's sentences.
+- user files: `haystack_file` (plain text; cycled if shorter than the context) and
+  `needles_file` (JSONL: {"needle", "question", "answer"} per line; sample k uses line
+  k mod n). The needle and question are inserted exactly as given; only `separator`
+  (default "\n") goes between the haystack and the question.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import InvalidInputError
+
+DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+FIRST_SEED = 1_000_000  # held-out seed range of the organisms' corpus (never used in training)
+
+
+@dataclass
+class NiahConfig:
+    context_lengths: tuple[int, ...] = (512,)
+    depths: tuple[float, ...] = DEFAULT_DEPTHS
+    n_seeds: int = 4
+    first_seed: int = FIRST_SEED
+    haystack_file: str | None = None
+    needles_file: str | None = None
+    separator: str = "\n"
+    max_new_tokens: int | None = None  # default: answer tokens + 2
+
+    def __post_init__(self):
+        self.context_lengths = tuple(int(c) for c in self.context_lengths)
+        self.depths = tuple(float(d) for d in self.depths)
+        if not self.context_lengths or min(self.context_lengths) < 16:
+            raise InvalidInputError("context lengths must be >= 16 tokens")
+        if not self.depths or any(not 0.0 <= d <= 1.0 for d in self.depths):
+            raise InvalidInputError("depths must lie in [0, 1] (fractions of the haystack before the needle)")
+        if self.n_seeds < 1:
+            raise InvalidInputError("n_seeds must be >= 1")
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return tuple(range(self.first_seed, self.first_seed + self.n_seeds))
+
+
+@dataclass
+class NiahSample:
+    id: str
+    seed: int
+    context_length: int
+    depth: float
+    input_ids: list[int]
+    needle_span: tuple[int, int]  # [start, end) token indices into input_ids
+    needle: str
+    question: str
+    answer: str
+    answer_ids: list[int] = field(default_factory=list)
+
+    def to_dict(self, tokenizer=None) -> dict:
+        d = asdict(self)
+        if tokenizer is not None:
+            d["prompt_text"] = tokenizer.decode(self.input_ids)
+        return d
+
+
+def _encode(tok, text: str) -> list[int]:
+    return list(tok(text, add_special_tokens=False)["input_ids"])
+
+
+def _bos(tok) -> list[int]:
+    """[BOS] when the tokenizer adds one to a plain encoding, else []."""
+    with_special = tok("x", add_special_tokens=True)["input_ids"]
+    bos = tok.bos_token_id
+    return [bos] if bos is not None and with_special and with_special[0] == bos else []
+
+
+def _load_needles(path: str) -> list[dict]:
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidInputError(f"needles file {path} does not exist")
+    out = []
+    for i, line in enumerate(p.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InvalidInputError(f"{path}:{i}: not valid JSON ({e.msg})") from None
+        missing = [k for k in ("needle", "question", "answer") if not isinstance(obj.get(k), str) or not obj.get(k)]
+        if missing:
+            raise InvalidInputError(f"{path}:{i}: missing or empty string field(s) {missing}; each line needs "
+                                    '{"needle": ..., "question": ..., "answer": ...}')
+        out.append(obj)
+    if not out:
+        raise InvalidInputError(f"needles file {path} has no needles")
+    return out
+
+
+def _load_haystack_ids(path: str, tok) -> list[int]:
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidInputError(f"haystack file {path} does not exist")
+    ids = _encode(tok, p.read_text())
+    if len(ids) < 8:
+        raise InvalidInputError(f"haystack file {path} has fewer than 8 tokens")
+    return ids
+
+
+def _corpus_needle(seed: int) -> dict:
+    from ..organisms.corpus import make_needle_full
+
+    n = make_needle_full(random.Random(seed))
+    return {"needle": n.sentence, "question": n.question, "answer": n.answer}
+
+
+def _corpus_sentences(seed: int):
+    from ..organisms.corpus import make_sentence
+
+    r = random.Random(f"niah-haystack/{seed}")
+    while True:
+        yield make_sentence(r)
+
+
+def build_niah(tokenizer, config: NiahConfig) -> list[NiahSample]:
+    """All samples of a NIAH grid, ordered by (context_length, depth, seed)."""
+    if tokenizer is None:
+        raise InvalidInputError("NIAH needs a tokenizer: this model was loaded without one")
+    tok = tokenizer
+    bos = _bos(tok)
+    needles = _load_needles(config.needles_file) if config.needles_file else None
+    hay_ids = _load_haystack_ids(config.haystack_file, tok) if config.haystack_file else None
+    sep_ids = _encode(tok, config.separator) if (needles or hay_ids) and config.separator else []
+    samples = []
+    for n_ctx in config.context_lengths:
+        for depth in config.depths:
+            for k, seed in enumerate(config.seeds):
+                nd = needles[k % len(needles)] if needles else _corpus_needle(seed)
+                needle_ids = _encode(tok, nd["needle"])
+                q_ids = sep_ids + _encode(tok, nd["question"])
+                budget = n_ctx - len(bos) - len(needle_ids) - len(q_ids)
+                if budget < 1:
+                    raise InvalidInputError(f"context length {n_ctx} is too short for the needle and question "
+                                            f"({n_ctx - budget} tokens)")
+                if hay_ids is not None:
+                    reps = budget // len(hay_ids) + 1
+                    hay = (hay_ids * reps)[:budget]
+                    cut = int(round(depth * len(hay)))
+                    before, after = hay[:cut], hay[cut:]
+                else:
+                    sents = []
+                    used = 0
+                    for s in _corpus_sentences(seed):
+                        ids = _encode(tok, s)
+                        if used + len(ids) > budget:
+                            break
+                        sents.append(ids)
+                        used += len(ids)
+                    cut = int(round(depth * len(sents)))
+                    before = [t for s in sents[:cut] for t in s]
+                    after = [t for s in sents[cut:] for t in s]
+                start = len(bos) + len(before)
+                ids = bos + before + needle_ids + after + q_ids
+                samples.append(NiahSample(
+                    id=f"L{n_ctx}-d{depth:g}-s{seed}", seed=seed, context_length=n_ctx, depth=depth,
+                    input_ids=ids, needle_span=(start, start + len(needle_ids)), needle=nd["needle"],
+                    question=nd["question"], answer=nd["answer"], answer_ids=_encode(tok, nd["answer"]),
+                ))
+    return samples
+
+
+def score_answer(continuation: str, answer: str) -> tuple[bool, bool]:
+    """(recall, exact_prefix): the answer appears in the continuation / the continuation starts with it."""
+    a = answer.strip()
+    return a in continuation, continuation.strip().startswith(a)
+
+
+def write_prompts(samples: Sequence[NiahSample], tokenizer, path: str | Path) -> None:
+    """Exact prompts, needle spans and answers of a run, one JSON object per line."""
+    with open(path, "w") as f:
+        for s in samples:
+            f.write(json.dumps(s.to_dict(tokenizer)) + "\n")
