@@ -34,7 +34,7 @@ _EXPORTS = {
 }
 
 _SUBMODULES = ("adapters", "capture", "errors", "interception", "interventions", "loading", "model", "rows",
-               "spec", "tiny", "types", "cli")
+               "spec", "tiny", "types", "cli", "stats", "plotting", "provenance", "analyses", "tasks")
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 

@@ -119,16 +119,21 @@ class Model:
             raise InvalidInputError(f"attention_mask shape {tuple(attention_mask.shape)} != ids shape {tuple(ids.shape)}")
         return Batch(ids.to(self.device), attention_mask.to(self.device))
 
-    def _call(self, ids, mask, batch_start=0, **kw):
+    def _call(self, ids, mask, batch_start=0, body_only=False, **kw):
         self._state.batch_start = batch_start
+        net = self.hf.base_model if body_only else self.hf
         try:
-            return self.hf(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), **kw)
+            return net(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), **kw)
         finally:
             self._state.batch_start = 0
 
     @torch.no_grad()
-    def forward(self, inputs, attention_mask=None, batch_size: int | None = None) -> torch.Tensor:
-        """Logits [batch, seq, vocab] (or last hidden states for encoders), batched with left padding."""
+    def forward(self, inputs, attention_mask=None, batch_size: int | None = None, logits: bool = True) -> torch.Tensor:
+        """Logits [batch, seq, vocab] (or last hidden states for encoders), batched with left padding.
+
+        logits=False runs only the transformer body and returns its last hidden states (no
+        [batch, seq, vocab] tensor: what hooks and recorders need when the logits are not).
+        """
         batch = self.as_batch(inputs, attention_mask)
         n = batch.input_ids.shape[0]
         bs = batch_size or n
@@ -138,9 +143,9 @@ class Model:
         for start in range(0, n, bs):
             ids = batch.input_ids[start:start + bs]
             mask = batch.attention_mask[start:start + bs]
-            out = self._call(ids, mask, batch_start=start)
+            out = self._call(ids, mask, batch_start=start, body_only=not logits)
             outs.append(out.logits if hasattr(out, "logits") else out.last_hidden_state)
-        return torch.cat(outs, dim=0)
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
 
     @torch.no_grad()
     def greedy_decode(self, inputs, max_new_tokens: int, attention_mask=None, on_step=None,

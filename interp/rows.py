@@ -41,7 +41,9 @@ def compute_rows(call: AttnCall, q: torch.Tensor, k: torch.Tensor, pos: torch.Te
     if call.softcap is not None:
         scores = torch.tanh(scores / call.softcap) * call.softcap
     mask = call.mask
-    if mask is None:
+    if mask is None and not getattr(call.module, "is_causal", True):
+        pass  # encoder without padding: every key visible
+    elif mask is None:
         # base skipped the mask: pure causal (bottom-right aligned with the cache)
         qabs = (k_len - s) + pos  # [b, n]
         kidx = torch.arange(k_len, device=q.device)
@@ -129,5 +131,5 @@ def attention_rows(model, input_ids, query_positions, attention_mask=None, layer
     """
     rec = AttentionRows(query_positions, layers=layers)
     with model.intervene(rec):
-        model.forward(input_ids, attention_mask=attention_mask, batch_size=batch_size)
+        model.forward(input_ids, attention_mask=attention_mask, batch_size=batch_size, logits=False)
     return rec.result()

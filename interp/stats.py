@@ -8,8 +8,8 @@ Design conventions
   sign-flips whole pairs, never the two arms independently.
 * **Explicit randomness.** Every random function takes an integer `seed` and builds its own
   `numpy.random.Generator` from it; nothing reads or touches global random state. The same inputs
-  and seed give the same result (with the same numpy/scipy versions: scipy's resampling order may
-  change between releases).
+  and seed give the same result (with the same numpy/scipy versions: scipy's bootstrap resampling
+  order may change between releases).
 * **Pure functions.** numpy (or array-like) in, a frozen dataclass out. Every result has
   `to_dict()` returning plain Python types (float/int/str/bool/list/dict with str keys) that
   `json.dumps` accepts. Infinite effect sizes (see `paired_diff`) stay `float('inf')`; json writes
@@ -20,8 +20,9 @@ Where scipy is used and where not
 ---------------------------------
 * `mean_ci` / the CI of `paired_diff`: `scipy.stats.bootstrap` (BCa, falling back to the
   percentile interval of the same bootstrap distribution when BCa is degenerate).
-* `paired_diff` p-value: `scipy.stats.permutation_test` with `permutation_type="samples"` on the
-  single sample of differences, which scipy defines as random sign flips.
+* `paired_diff` p-value: hand-written, vectorised numpy sign-flip test (exact enumeration or Monte
+  Carlo). `scipy.stats.permutation_test(permutation_type="samples")` computes the same test but was
+  7-10x slower for Monte Carlo at large n; the tests cross-check the two.
 * `layer_clustered_permutation`: hand-written, vectorised numpy. scipy's `permutation_test` has
   no notion of permuting labels within strata (layers) while keeping each stratum's label count.
 * `matched_random_heads`, `threshold_sweep`, `cohens_d`: plain numpy.
@@ -53,10 +54,14 @@ __all__ = [
     "matched_random_heads",
     "threshold_sweep",
     "EXACT_SIGN_FLIP_MAX_N",
+    "BCA_MAX_N",
 ]
 
 #: `paired_diff` enumerates all 2**n sign patterns exactly when n is at most this.
 EXACT_SIGN_FLIP_MAX_N = 16
+#: Above this many samples `mean_ci` uses the percentile interval: scipy's BCa jackknife costs
+#: O(n^2) (about 3 s at n = 20000), and for a mean BCa's corrections vanish as n grows.
+BCA_MAX_N = 20000
 
 # Values whose spread is below this many ulps of their magnitude are treated as all equal: x - y
 # for y = x + c is rarely bit-for-bit constant in floating point.
@@ -126,9 +131,9 @@ def _as_1d(name: str, x: Any, min_n: int = 1) -> np.ndarray:
     a = np.asarray(x)
     if a.dtype == object:
         raise InvalidInputError(f"{name} must be numeric, got an object array")
-    a = a.astype(np.float64, copy=False).reshape(-1) if a.ndim <= 1 else None
-    if a is None:
-        raise InvalidInputError(f"{name} must be 1-D (one value per sample), got shape {np.shape(x)}")
+    if a.ndim > 1:
+        raise InvalidInputError(f"{name} must be 1-D (one value per sample), got shape {a.shape}")
+    a = a.astype(np.float64, copy=False).reshape(-1)
     if a.size < min_n:
         raise InvalidInputError(f"{name} needs at least {min_n} value(s), got {a.size}")
     if not np.all(np.isfinite(a)):
@@ -152,20 +157,22 @@ def _rng_kw(func) -> str:
 
 
 _BOOT_RNG_KW = _rng_kw(_sps.bootstrap)
-_PERM_RNG_KW = _rng_kw(_sps.permutation_test)
 
 
 def _mean_stat(a, axis=-1):
     return np.mean(a, axis=axis)
 
 
-def _abs_mean_stat(a, axis=-1):
-    return np.abs(np.mean(a, axis=axis))
-
-
 def _bootstrap_mean_ci(a: np.ndarray, n_boot: int, level: float, rng: np.random.Generator):
-    """(lo, hi, method) for the mean of `a` (not constant). BCa, or percentile if BCa degenerates."""
+    """(lo, hi, method) for the mean of `a` (not constant). BCa, or percentile if BCa degenerates
+    or n > BCA_MAX_N."""
     batch = max(1, _BATCH_ELEMS // a.size)
+    if a.size > BCA_MAX_N:
+        res = _sps.bootstrap(
+            (a,), _mean_stat, n_resamples=n_boot, batch=batch, vectorized=True,
+            confidence_level=level, method="percentile", **{_BOOT_RNG_KW: rng},
+        )
+        return float(res.confidence_interval.low), float(res.confidence_interval.high), "percentile"
     with warnings.catch_warnings(record=True) as caught, np.errstate(all="ignore"):
         warnings.simplefilter("always")
         res = _sps.bootstrap(
@@ -200,8 +207,9 @@ class Estimate(_ToDict):
     """A mean with a bootstrap confidence interval.
 
     method: "bca", "percentile (BCa degenerate)" (BCa's bias/acceleration were undefined, e.g. a
-    very lopsided 0/1 sample, so the percentile interval of the same resamples is used) or
-    "constant" (all values equal: lo == hi == mean, no resampling done).
+    very lopsided 0/1 sample, so the percentile interval of the same resamples is used),
+    "percentile" (n > BCA_MAX_N) or "constant" (all values equal, up to a few ulps of rounding:
+    lo == hi == mean, no resampling done).
     """
 
     mean: float
@@ -211,6 +219,7 @@ class Estimate(_ToDict):
     level: float
     method: str
     n_boot: int
+    seed: int
 
 
 def mean_ci(x, n_boot: int = 10000, level: float = 0.95, seed: int = 0) -> Estimate:
@@ -218,8 +227,8 @@ def mean_ci(x, n_boot: int = 10000, level: float = 0.95, seed: int = 0) -> Estim
 
     Uses `scipy.stats.bootstrap` with the BCa interval; when BCa is degenerate (scipy warns, or the
     bounds are not finite) falls back to the percentile interval of the same bootstrap
-    distribution. All-equal data (including n == 1) returns lo == hi == mean with method
-    "constant", without warnings or NaN. NaN/inf in `x` raise `InvalidInputError`: decide what a
+    distribution; above BCA_MAX_N samples uses the percentile interval directly. All-equal data
+    (including n == 1) returns lo == hi == mean with method "constant", without warnings or NaN. NaN/inf in `x` raise `InvalidInputError`: decide what a
     failed sample means before averaging.
     """
     a = _as_1d("x", x)
@@ -228,9 +237,9 @@ def mean_ci(x, n_boot: int = 10000, level: float = 0.95, seed: int = 0) -> Estim
     seed = _check_seed(seed)
     m = float(np.mean(a))
     if _is_constant(a):
-        return Estimate(m, m, m, int(a.size), level, "constant", n_boot)
+        return Estimate(m, m, m, int(a.size), level, "constant", n_boot, seed)
     lo, hi, method = _bootstrap_mean_ci(a, n_boot, level, np.random.default_rng(seed))
-    return Estimate(m, lo, hi, int(a.size), level, method, n_boot)
+    return Estimate(m, lo, hi, int(a.size), level, method, n_boot, seed)
 
 
 # --------------------------------------------------------------------------- 2. paired_diff
@@ -260,22 +269,46 @@ class PairedComparison(_ToDict):
     n_perm: int
     ci_method: str
     p_method: str
+    seed: int
 
 
 def _sign_flip_p(d: np.ndarray, n_perm: int, rng: np.random.Generator) -> tuple[float, int, bool]:
-    """Two-sided sign-flip p of mean(d): P(|mean(s*d)| >= |mean(d)|). Returns (p, n_patterns, exact)."""
+    """Two-sided sign-flip p of mean(d). Returns (p, n_patterns, exact).
+
+    Hand-written, vectorised numpy rather than `scipy.stats.permutation_test(...,
+    permutation_type="samples")`: scipy draws a full permutation of each pair to flip one sign, which
+    made Monte Carlo 7-10x slower (25 s for n = 20000, n_perm = 10000), and this keeps one tie rule
+    for the exact and Monte Carlo paths. The test suite cross-checks it against scipy and against
+    brute-force enumeration.
+
+    Statistic |sum(s * d)| (equivalent to |mean|). A pattern is "as extreme" when its statistic is
+    >= the observed one minus 1e-9 * sum|d|: every signed sum is exact up to ~n * eps * sum|d|, so
+    patterns that tie in exact arithmetic (e.g. 0/1 data) are never lost to rounding.
+    Exact: count / 2**n over all sign patterns (the observed one included). Monte Carlo:
+    (count + 1) / (n_perm + 1).
+    """
     n = d.size
     exact = n <= EXACT_SIGN_FLIP_MAX_N or n_perm >= 2**n
-    n_res = 2**n if exact else n_perm
-    # scipy: one sample + permutation_type="samples" == random sign flips; exact (no +1) when
-    # n_resamples >= 2**n, otherwise Monte Carlo with p = (count + 1) / (n_resamples + 1).
-    # |mean| with alternative="greater" gives the symmetric two-sided test. scipy compares with a
-    # relative tolerance of 100 ulps, so patterns tying the observed statistic count as extreme.
-    res = _sps.permutation_test(
-        (d,), _abs_mean_stat, permutation_type="samples", vectorized=True, n_resamples=n_res,
-        batch=max(1, _BATCH_ELEMS // n), alternative="greater", **{_PERM_RNG_KW: rng},
-    )
-    return float(min(1.0, res.pvalue)), int(n_res), exact
+    obs = abs(float(np.sum(d)))
+    tol = 1e-9 * float(np.sum(np.abs(d)))
+    total = float(np.sum(d))
+    batch = max(1, _BATCH_ELEMS // n)
+    count = 0
+    if exact:
+        n_pat = 2**n
+        for start in range(0, n_pat, batch):
+            codes = np.arange(start, min(n_pat, start + batch), dtype=np.int64)
+            flips = ((codes[:, None] >> np.arange(n, dtype=np.int64)) & 1).astype(np.float64)
+            # flipping the signs of a subset F: sum(s * d) = sum(d) - 2 * sum(d[F])
+            count += int(np.count_nonzero(np.abs(total - 2.0 * (flips @ d)) >= obs - tol))
+        return min(1.0, count / n_pat), n_pat, True
+    done = 0
+    while done < n_perm:
+        b = min(batch, n_perm - done)
+        flips = rng.integers(0, 2, size=(b, n), dtype=np.int8).astype(np.float64)
+        count += int(np.count_nonzero(np.abs(total - 2.0 * (flips @ d)) >= obs - tol))
+        done += b
+    return min(1.0, (count + 1) / (n_perm + 1)), n_perm, False
 
 
 def paired_diff(x, y, n_boot: int = 10000, n_perm: int = 10000, level: float = 0.95,
@@ -285,9 +318,10 @@ def paired_diff(x, y, n_boot: int = 10000, n_perm: int = 10000, level: float = 0
     * CI: paired bootstrap - resample sample indices and use the same index in both arms. For the
       mean this is exactly the bootstrap of mean(x - y), so it is computed as
       `mean_ci(x - y, n_boot, level, seed)` (identical bounds for the same seed).
-    * p-value: two-sided sign-flip permutation test of mean(x - y): exact over all 2**n sign
-      patterns when n <= 16 (or n_perm >= 2**n), else `n_perm` random patterns with the +1
-      correction, so the smallest possible p is 1/(n_perm+1) (exact: 2/2**n).
+    * p-value: two-sided sign-flip permutation test of mean(x - y), P(|mean(s * d)| >= |mean(d)|)
+      over random signs s: exact over all 2**n sign patterns when n <= 16 (or n_perm >= 2**n),
+      else `n_perm` random patterns with the +1 correction, so the smallest possible p is
+      1/(n_perm+1) (exact: 2/2**n). Pairs with d == 0 stay in (they add nothing to either side).
       Its random stream is independent of the bootstrap's (child of the same seed).
     * cohens_d: paired d_z = mean(d) / sd(d, ddof=1), d = x - y. Defined as 0.0 when all d are 0
       and as +inf / -inf (sign of mean(d)) when all d are equal but non-zero - sd 0 makes the
@@ -326,6 +360,7 @@ def paired_diff(x, y, n_boot: int = 10000, n_perm: int = 10000, level: float = 0
         diff_hi=est.hi, p_value=p, cohens_d=dz, n=int(d.size), level=level, n_boot=n_boot,
         n_perm=n_pat, ci_method=f"paired bootstrap, {est.method}",
         p_method="exact sign-flip (2^n patterns)" if exact else "monte-carlo sign-flip (+1)",
+        seed=seed,
     )
 
 
@@ -358,8 +393,10 @@ def cohens_d(a, b) -> float:
 class PermutationResult(_ToDict):
     """Layer-clustered permutation test of labelled vs unlabelled heads.
 
-    observed: the statistic on the real labels; p_value: two-sided, (1 + #{|null| >= |observed|})
-    / (n_perm + 1); null_mean / null_sd (ddof=1) summarise the permutation null.
+    observed: the statistic on the real labels; p_value: two-sided, equal-tailed,
+    min(1, 2 * min(P_upper, P_lower)) with P_upper = (1 + #{null >= observed}) / (n_perm + 1) and
+    P_lower likewise (so p >= 2 / (n_perm + 1)); null_mean / null_sd (ddof=1) summarise the
+    permutation null - compare `observed` with `null_mean`, not with 0.
     labelled_by_layer / heads_by_layer: per-layer label counts kept fixed by the null (to_dict
     turns the int layer keys into strings). n_free_layers: layers with both labelled and
     unlabelled heads - the only ones whose labels actually move; if 0, p_value is 1.
@@ -422,7 +459,9 @@ def _group_stat(masks: np.ndarray, v: np.ndarray, statistic: str) -> np.ndarray:
     q0 = float((v * v).sum()) - q1
     ss = np.maximum(q1 - s1 * s1 / n1, 0.0) + np.maximum(q0 - s0 * s0 / n0, 0.0)
     sd = np.sqrt(ss / (v.size - 2))
-    tiny = _CONST_ULPS * np.finfo(np.float64).eps * max(1.0, float(np.max(np.abs(v))))
+    # `v` is standardised (overall SD 1) and the sums of squares above carry rounding noise of
+    # about sqrt(N * eps); a pooled SD below this is treated as exactly 0.
+    tiny = 1e-7 * math.sqrt(v.size)
     with np.errstate(divide="ignore", invalid="ignore"):
         d = diff / sd
     flat = sd <= tiny
@@ -443,8 +482,16 @@ def layer_clustered_permutation(values, labels, layers=None, n_perm: int = 10000
     "mean_diff" (mean labelled - mean unlabelled). The null permutes the labels WITHIN each layer,
     keeping every layer's labelled count, so a layer-wide trend in `values` (e.g. norms growing
     with depth) cannot by itself produce a small p-value when the labelled heads cluster in some
-    layers. p-value: two-sided Monte Carlo, (1 + #{|null| >= |observed|}) / (n_perm + 1), ties
-    within 100 ulps counting as extreme.
+    layers. Under that null the statistic is generally NOT centred on 0 (labelled heads inherit
+    their layers' level), so the p-value is two-sided equal-tailed Monte Carlo:
+    min(1, 2 * min(P_upper, P_lower)), P_upper = (1 + #{null >= observed}) / (n_perm + 1) and
+    P_lower = (1 + #{null <= observed}) / (n_perm + 1); null statistics within
+    1e-9 * (1 + |observed|) of the observed one (computed on standardised values) count as ties,
+    i.e. as extreme in both tails.
+    The smallest attainable p is 2 / (n_perm + 1).
+
+    A pooled within-group SD below ~1e-7 * sqrt(n_heads) of the overall SD counts as 0 (d is then
+    0.0 or +-inf, as in `cohens_d`).
 
     Implemented in vectorised numpy (scipy's permutation_test cannot stratify); values are
     standardised before the sums so the observed statistic may differ from `cohens_d` in the last
@@ -478,10 +525,9 @@ def layer_clustered_permutation(values, labels, layers=None, n_perm: int = 10000
         labs = labs.astype(bool)
     if not np.all(np.isfinite(vals)):
         raise InvalidInputError("values contains NaN/inf: drop those heads (and their labels/layers) first")
-    try:
-        lays = lays.astype(np.int64, casting="safe") if lays.dtype.kind in "iub" else lays
-    except TypeError:
-        pass
+    if lays.dtype.kind not in "iu":
+        raise InvalidInputError(f"layers must be integers (one layer index per head), got dtype {lays.dtype}")
+    lays = lays.astype(np.int64)
     n1 = int(labs.sum())
     n0 = int(labs.size - n1)
     if n1 == 0 or n0 == 0:
@@ -497,25 +543,32 @@ def layer_clustered_permutation(values, labels, layers=None, n_perm: int = 10000
     else:
         v_scale = 1.0
 
-    observed = float(_group_stat(labs[None, :], v, statistic)[0]) * v_scale
+    # Everything below is in standardised units (both statistics are then O(1)); mean_diff is
+    # scaled back only for reporting.
+    obs_std = float(_group_stat(labs[None, :], v, statistic)[0])
     rng = np.random.default_rng(seed)
     batch = max(1, _BATCH_ELEMS // labs.size)
     null_parts = []
     done = 0
     while done < n_perm:
         b = min(batch, n_perm - done)
-        null_parts.append(_group_stat(_permute_within_layers(labs, lays, b, rng), v, statistic) * v_scale)
+        null_parts.append(_group_stat(_permute_within_layers(labs, lays, b, rng), v, statistic))
         done += b
-    null = np.concatenate(null_parts)
+    null_std = np.concatenate(null_parts)
 
+    # Equal-tailed two-sided p. The within-layer null is NOT centred on 0 when labels cluster in
+    # layers whose values differ, so |null| >= |observed| would be wrong; double the smaller tail.
+    # Ties: the same labelling can come out a few ulps apart through a different summation order
+    # (BLAS blocking depends on the batch shape), so differences below 1e-9 count as ties.
+    tol = 0.0 if np.isinf(obs_std) else 1e-9 * (1.0 + abs(obs_std))
+    p_upper = (1 + int(np.count_nonzero(null_std >= obs_std - tol))) / (n_perm + 1)
+    p_lower = (1 + int(np.count_nonzero(null_std <= obs_std + tol))) / (n_perm + 1)
+    p = min(1.0, 2.0 * min(p_upper, p_lower))
+
+    observed = obs_std * v_scale
+    null = null_std * v_scale
     groups = _layer_groups(labs, lays)
     finite = np.isfinite(null)
-    if np.isinf(observed):
-        extreme = np.isinf(null)
-    else:
-        tol = 100 * np.finfo(np.float64).eps * abs(observed)
-        extreme = np.abs(null) >= abs(observed) - tol
-    p = (1 + int(np.count_nonzero(extreme))) / (n_perm + 1)
     null_f = null[finite]
     null_mean = float(null_f.mean()) if null_f.size else float("nan")
     null_sd = float(null_f.std(ddof=1)) if null_f.size > 1 else 0.0
@@ -657,7 +710,7 @@ def threshold_sweep(scores, thresholds: Sequence[float] | float) -> list[dict]:
     """How many heads score strictly above each threshold.
 
     scores: 2-D [layer, head] array. Returns one dict per threshold, in the given order:
-    {"threshold": t, "n_heads": #heads with score > t, "fraction": n_heads / #finite scores,
+    {"threshold": t, "n_heads": #heads with score > t, "fraction": n_heads / #non-NaN scores,
     "per_layer": [count for layer 0, 1, ...]}. NaN scores never count (comparison is False).
     """
     s = np.asarray(scores, dtype=np.float64)

@@ -53,6 +53,18 @@ def test_attention_rows_equal_eager_weights(family, gqa):
     assert torch.allclose(sums, torch.ones_like(sums), atol=1e-5)
 
 
+@pytest.mark.parametrize("family,gqa", VARIANTS, ids=VARIANT_IDS)
+def test_attention_rows_without_padding(family, gqa):
+    """No padding: sdpa may skip the mask; rows must still be causal for decoders only."""
+    _, model = pair(family, gqa)
+    x = ids(2, 12)
+    ref = hf_out(eager(family, gqa), x, output_attentions=True).attentions
+    rows = interp.attention_rows(model, x, list(range(12)))
+    for layer, att in enumerate(ref):
+        assert (rows[:, layer] - att).abs().max().item() <= TOL, f"layer {layer}"
+    assert (rows[:, 0, :, 0, 1:].abs().max() > 0) == (family == "bert")  # query 0 sees later keys only in BERT
+
+
 @pytest.mark.parametrize("family,gqa", DECODERS, ids=DECODER_IDS)
 def test_attention_rows_during_cached_decoding(family, gqa):
     """Rows recorded at every decode step equal eager weights of the full sequence at that position."""

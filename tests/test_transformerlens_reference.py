@@ -297,11 +297,6 @@ def test_bert_rows_with_padding_match_transformerlens(tokenizer, ids):
     assert rows[0].triu(1).abs().max().item() > 0.0  # keys after the query get weight
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "interp bug: with no padding, sdpa gets attention_mask=None for BERT and interp.rows.compute_rows "
-    "treats a missing mask as 'pure causal', so an encoder's rows come back causal (row 0 = [1, 0, ...]) "
-    "although the forward itself is bidirectional. Remove this mark once compute_rows checks "
-    "module.is_causal / spec.causal."))
 def test_bert_rows_without_padding_match_transformerlens(tokenizer, ids):
     rows, tl_rows = _bert_rows(tokenizer, ids, torch.ones_like(ids))
     assert _maxdiff(rows, tl_rows) <= TOL

@@ -118,15 +118,11 @@ class RetrievalResult:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
-def sweep_counts(scores: np.ndarray, thresholds: Sequence[float]) -> list[dict]:
-    return [{"threshold": float(t), "n_heads": int((scores > t).sum()),
-             "per_layer": [int(x) for x in (scores > t).sum(1)]} for t in thresholds]
-
-
 def detect_retrieval_heads(model, config: RetrievalConfig | None = None, samples: Sequence[NiahSample] | None = None,
                            progress=None) -> RetrievalResult:
     """Run NIAH with the recorder and return per-head retrieval and streaming scores."""
     from ..provenance import provenance
+    from ..stats import threshold_sweep
 
     config = config or RetrievalConfig()
     samples = list(samples) if samples is not None else build_niah(model.tokenizer, config.niah)
@@ -149,7 +145,7 @@ def detect_retrieval_heads(model, config: RetrievalConfig | None = None, samples
         streaming=smean.round(6).tolist(),
         threshold=config.threshold,
         heads=[f"L{l}H{h}" for _, l, h in order],
-        sweep=sweep_counts(mean, config.sweep),
+        sweep=threshold_sweep(mean, config.sweep),
         per_layer=[int(x) for x in (mean > config.threshold).sum(1)],
         n_samples=len(samples),
         n_used=int(use.sum()),

@@ -1,0 +1,499 @@
+#!/usr/bin/env python
+"""What interp costs over plain transformers, on a mid-size random-weight Llama.
+
+Part 1 (one process): forward time of
+    plain      a plain HF model, sdpa, not wrapped (its own object, same weights)
+    control    a second plain HF model: the A/A noise floor of the timer
+    interp     the same forward through interp.Model, no intervention
+    ablate25   interp.Model with 25% of all heads zero-ablated (AblateHeads, mode="zero")
+as ratios to `plain` (target <= 1.05x). Variants run interleaved, round by round (rotating the
+order), after warm-up; the table gives the median and the min of the rounds.
+
+Part 2 (a fresh subprocess per measurement): at each context, time and peak memory of
+    sdpa       a plain HF forward (sdpa): the floor both others pay
+    rows       interp.attention_rows for 4 query positions (sdpa forward + rows from q, k)
+    eager      a plain HF model loaded with attn_implementation="eager", output_attentions=True
+Peak memory is the rise of the process's resident set (VmHWM after resetting it through
+/proc/self/clear_refs, minus VmRSS before the call) on CPU, torch.cuda.max_memory_allocated minus
+the allocation before the call on CUDA. Eager needs every layer's full [heads, T, T] pattern; where
+its estimate exceeds the memory budget it is skipped and the estimate printed.
+
+Usage: python bench/overhead.py [--quick] [--device cpu|cuda] [--threads N] [--mem-budget-gb G]
+Results: a table on stdout and bench/results/overhead-<device>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+GiB = 1024 ** 3
+MiB = 1024 ** 2
+
+# the model: mid-size Llama (MHA), random weights
+MODEL = dict(vocab_size=8192, hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
+             num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=8192,
+             tie_word_embeddings=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# shared helpers (parent and child)
+# ---------------------------------------------------------------------------------------------
+def _setup_torch(threads: int):
+    import torch
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    return torch
+
+
+def _dtype(name: str):
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def make_hf(attn: str, device: str, dtype: str, seed: int = 0, overrides: dict | None = None):
+    """A seeded random-weight LlamaForCausalLM; the same seed gives the same weights."""
+    import torch
+    import transformers as tf
+
+    cfg = tf.LlamaConfig(**{**MODEL, **(overrides or {})})
+    torch.manual_seed(seed)
+    hf = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, dtype=_dtype(dtype))
+    return hf.to(device).eval()
+
+
+def sync(device: str):
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _proc_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+class PeakMemory:
+    """Peak memory added by the body of a `with`, in bytes (see the module docstring)."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.method = None
+        self.peak = None
+
+    def __enter__(self):
+        gc.collect()
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+            self.method = "torch.cuda.max_memory_allocated"
+        else:
+            try:
+                with open("/proc/self/clear_refs", "w") as f:
+                    f.write("5")  # reset VmHWM to the current RSS
+                self.method = "VmHWM-VmRSS (clear_refs reset)"
+            except OSError:
+                self.method = "VmHWM-VmRSS (no reset: includes earlier peaks)"
+            self.base = _proc_kib("VmRSS") * 1024
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize()
+            self.peak = torch.cuda.max_memory_allocated() - self.base
+        else:
+            self.peak = max(0, _proc_kib("VmHWM") * 1024 - self.base)
+        return False
+
+
+def query_positions(ctx: int) -> list[int]:
+    return [ctx // 4, ctx // 2, (3 * ctx) // 4, ctx - 1]
+
+
+def eager_bytes_estimate(ctx: int, batch: int, elem: int) -> int:
+    """Eager with output_attentions: every layer's [b, H, T, T] pattern is kept, plus the live
+    layer's scores and softmax temporaries, the additive [b, 1, T, T] mask, and the logits."""
+    L, H, V = MODEL["num_hidden_layers"], MODEL["num_attention_heads"], MODEL["vocab_size"]
+    t2 = ctx * ctx
+    return batch * (H * t2 * elem * (L + 2) + t2 * elem + ctx * V * 4)
+
+
+def sdpa_bytes_estimate(ctx: int, batch: int, elem: int) -> int:
+    """sdpa forward: activations linear in T (residual, q/k/v, MLP) and the logits."""
+    d, f, V = MODEL["hidden_size"], MODEL["intermediate_size"], MODEL["vocab_size"]
+    return batch * ctx * (8 * d + 3 * f) * elem + batch * ctx * V * 4
+
+
+# ---------------------------------------------------------------------------------------------
+# child: one (context, method) measurement in a fresh process
+# ---------------------------------------------------------------------------------------------
+def child_main(spec: dict) -> None:
+    torch = _setup_torch(spec["threads"])
+    sys.path.insert(0, str(ROOT))
+    MODEL.update(spec["model"])
+    device, ctx, kind, batch = spec["device"], spec["ctx"], spec["kind"], spec["batch"]
+    attn = "eager" if kind == "eager" else "sdpa"
+    hf = make_hf(attn, device, spec["dtype"])
+    g = torch.Generator().manual_seed(123)
+    V = MODEL["vocab_size"]
+
+    def ids_of(n):
+        return torch.randint(0, V, (batch, n), generator=g).to(device)
+
+    if kind == "rows":
+        import interp
+
+        model = interp.Model(hf)
+
+        def run(ids):
+            return interp.attention_rows(model, ids, query_positions(ids.shape[1]))
+    elif kind == "eager":
+        def run(ids):
+            with torch.no_grad():
+                out = hf(input_ids=ids, output_attentions=True)
+            pos = query_positions(ids.shape[1])
+            return torch.stack([a[:, :, pos] for a in out.attentions], dim=1)  # same rows as interp
+    elif kind == "sdpa":
+        def run(ids):
+            with torch.no_grad():
+                return hf(input_ids=ids).logits
+    else:
+        raise SystemExit(f"unknown kind {kind}")
+
+    run(ids_of(64))  # warm-up: lazy init, kernel selection
+    ids = ids_of(ctx)
+    sync(device)
+    times = []
+    with PeakMemory(device) as pm:
+        t0 = time.perf_counter()
+        out = run(ids)
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    shape = list(out.shape)
+    del out
+    for _ in range(spec["repeats"] - 1):
+        gc.collect()
+        t0 = time.perf_counter()
+        out = run(ids)
+        sync(device)
+        times.append(time.perf_counter() - t0)
+        del out
+    print("RESULT " + json.dumps({"times_s": times, "peak_bytes": pm.peak, "mem_method": pm.method,
+                                  "out_shape": shape}))
+
+
+def run_child(spec: dict, timeout: float) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--_child", json.dumps(spec)]
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    if spec["threads"] > 0:
+        env["OMP_NUM_THREADS"] = str(spec["threads"])
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f}s"}
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+    reason = "killed (out of memory?)" if p.returncode in (-9, 137) else f"exit {p.returncode}"
+    return {"error": f"{reason}: {' | '.join(tail)}"}
+
+
+# ---------------------------------------------------------------------------------------------
+# part 1: forward overhead
+# ---------------------------------------------------------------------------------------------
+def part_overhead(args) -> dict:
+    torch = _setup_torch(args.threads)
+    sys.path.insert(0, str(ROOT))
+    import interp
+
+    dev, dt = args.device, args.dtype
+    plain = make_hf("sdpa", dev, dt)
+    control = make_hf("sdpa", dev, dt)
+    model = interp.Model(make_hf("sdpa", dev, dt))
+    L, H = MODEL["num_hidden_layers"], MODEL["num_attention_heads"]
+    gen = torch.Generator().manual_seed(7)
+    per_layer = H // 4  # 25% of every layer's heads
+    heads = [(l, int(h)) for l in range(L) for h in torch.randperm(H, generator=gen)[:per_layer]]
+    ablate = interp.AblateHeads(heads, mode="zero")
+    ids = torch.randint(0, MODEL["vocab_size"], (args.batch, args.seq), generator=gen).to(dev)
+    mask = torch.ones_like(ids)
+
+    def f_plain():
+        with torch.no_grad():
+            return plain(input_ids=ids, attention_mask=mask).logits
+
+    def f_control():
+        with torch.no_grad():
+            return control(input_ids=ids, attention_mask=mask).logits
+
+    def f_interp():
+        return model.forward(ids)
+
+    def f_ablate():
+        with model.intervene(ablate):
+            return model.forward(ids)
+
+    variants = {"plain": f_plain, "control": f_control, "interp": f_interp, "ablate25": f_ablate}
+
+    # sanity: interp is bit-identical to plain; the ablation does something
+    ref = f_plain()
+    same = (f_interp() - ref).abs().max().item()
+    effect = (f_ablate() - ref).abs().max().item()
+
+    names = list(variants)
+    times = {n: [] for n in names}
+    for _ in range(args.warmup):
+        for n in names:
+            variants[n]()
+    sync(dev)
+    for r in range(args.repeats):
+        order = names[r % len(names):] + names[:r % len(names)]  # rotate: no variant always first
+        for n in order:
+            sync(dev)
+            t0 = time.perf_counter()
+            out = variants[n]()
+            sync(dev)
+            times[n].append(time.perf_counter() - t0)
+            del out
+    med = {n: statistics.median(ts) for n, ts in times.items()}
+    mins = {n: min(ts) for n, ts in times.items()}
+    return {
+        "batch": args.batch, "seq": args.seq, "repeats": args.repeats, "warmup": args.warmup,
+        "ablated_heads": [f"L{l}H{h}" for l, h in heads], "ablated_fraction": len(heads) / (L * H),
+        "interp_vs_plain_max_abs_diff": same, "ablation_max_abs_logit_change": effect,
+        "times_s": times, "median_s": med, "min_s": mins,
+        "ratio_median": {n: med[n] / med["plain"] for n in names},
+        "ratio_min": {n: mins[n] / mins["plain"] for n in names},
+    }
+
+
+def rows_sanity(args) -> dict:
+    """At a short context: interp's rows == eager's attention rows (so part 2 compares like with like)."""
+    torch = _setup_torch(args.threads)
+    import interp
+
+    ctx = 256
+    model = interp.Model(make_hf("sdpa", args.device, args.dtype))
+    eager = make_hf("eager", args.device, args.dtype)
+    ids = torch.randint(0, MODEL["vocab_size"], (1, ctx), generator=torch.Generator().manual_seed(3)).to(args.device)
+    pos = query_positions(ctx)
+    rows = interp.attention_rows(model, ids, pos)
+    with torch.no_grad():
+        att = eager(input_ids=ids, output_attentions=True).attentions
+    ref = torch.stack([a[:, :, pos] for a in att], dim=1)
+    return {"ctx": ctx, "positions": pos, "max_abs_diff": (rows.float() - ref.float()).abs().max().item()}
+
+
+# ---------------------------------------------------------------------------------------------
+# part 2: attention rows vs eager output_attentions
+# ---------------------------------------------------------------------------------------------
+def part_rows(args) -> list[dict]:
+    import torch
+
+    elem = torch.empty((), dtype=_dtype(args.dtype)).element_size()
+    results = []
+    calib = None  # measured / estimated eager peak at the largest context that ran
+    for ctx in args.contexts:
+        reps = args.repeats_rows if ctx <= 2048 else args.repeats_long
+        for kind in ("sdpa", "rows", "eager"):
+            est = (eager_bytes_estimate if kind == "eager" else sdpa_bytes_estimate)(ctx, 1, elem)
+            if kind == "eager" and calib is not None:
+                est = int(est * max(1.0, calib))
+            entry = {"ctx": ctx, "kind": kind, "estimate_bytes": est}
+            if est > args.mem_budget_gb * GiB:
+                entry["skipped"] = f"would need ~{est / GiB:.1f} GiB > budget {args.mem_budget_gb:.1f} GiB"
+            else:
+                spec = {"device": args.device, "dtype": args.dtype, "ctx": ctx, "kind": kind, "batch": 1,
+                        "threads": args.threads, "repeats": reps, "model": dict(MODEL)}
+                t0 = time.perf_counter()
+                res = run_child(spec, timeout=args.child_timeout)
+                entry["wall_s"] = time.perf_counter() - t0
+                entry.update(res)
+                if "times_s" in res:
+                    entry["median_s"] = statistics.median(res["times_s"])
+                    if kind == "eager" and res["peak_bytes"]:
+                        calib = res["peak_bytes"] / eager_bytes_estimate(ctx, 1, elem)
+            results.append(entry)
+            _progress(entry)
+    return results
+
+
+def _progress(e: dict):
+    if "skipped" in e:
+        msg = f"skipped ({e['skipped']})"
+    elif "error" in e:
+        msg = f"ERROR {e['error']}"
+    else:
+        msg = f"{e['median_s']:.3f} s, peak +{e['peak_bytes'] / MiB:.0f} MiB"
+    print(f"  [ctx {e['ctx']:>5}] {e['kind']:<5} {msg}", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+# ---------------------------------------------------------------------------------------------
+def print_report(res: dict):
+    o = res["overhead"]
+    print()
+    print(f"== forward overhead: batch {o['batch']} x {o['seq']} tokens, {o['repeats']} interleaved rounds "
+          f"after {o['warmup']} warm-up ==")
+    print(f"   interp (no intervention) vs plain: max |logit diff| = {o['interp_vs_plain_max_abs_diff']:.3g}; "
+          f"ablation moves logits by up to {o['ablation_max_abs_logit_change']:.3g}")
+    print(f"   {'variant':<30}{'median ms':>11}{'min ms':>10}{'x plain (med)':>15}{'x plain (min)':>15}")
+    labels = {"plain": "plain HF (sdpa)", "control": "plain HF, 2nd object (A/A)",
+              "interp": "interp.Model, no intervention",
+              "ablate25": f"interp, {o['ablated_fraction']:.0%} heads zeroed"}
+    for n, label in labels.items():
+        flag = ""
+        if n in ("interp", "ablate25"):
+            flag = "  ok" if o["ratio_median"][n] <= 1.05 else "  > 1.05x"
+        print(f"   {label:<30}{o['median_s'][n] * 1e3:>11.1f}{o['min_s'][n] * 1e3:>10.1f}"
+              f"{o['ratio_median'][n]:>15.3f}{o['ratio_min'][n]:>15.3f}{flag}")
+
+    s = res["rows_sanity"]
+    print()
+    print(f"== attention rows, 4 query positions (T/4, T/2, 3T/4, T-1), batch 1 ==")
+    print(f"   check at ctx {s['ctx']}: interp rows vs eager attentions max |diff| = {s['max_abs_diff']:.3g}")
+    print(f"   peak memory: {res['rows'][0].get('mem_method', 'n/a') if res['rows'] else 'n/a'}")
+    by = {(e["ctx"], e["kind"]): e for e in res["rows"]}
+    print(f"   {'ctx':>6} | {'sdpa fwd':>18} | {'interp rows':>18} | {'eager+output_attn':>30} | "
+          f"{'eager/rows time':>15} {'eager/rows mem':>14}")
+
+    def cell(e, width):
+        if e is None:
+            return f"{'-':>{width}}"
+        if "skipped" in e:
+            return f"{'skipped (~' + format(e['estimate_bytes'] / GiB, '.1f') + ' GiB)':>{width}}"
+        if "error" in e:
+            return f"{'error':>{width}}"
+        return f"{e['median_s']:>7.3f}s {e['peak_bytes'] / MiB:>7.0f}MiB".rjust(width)
+
+    for ctx in res["args"]["contexts"]:
+        a, r, e = by.get((ctx, "sdpa")), by.get((ctx, "rows")), by.get((ctx, "eager"))
+        tr = mr = "-"
+        if r and e and "median_s" in r and "median_s" in e:
+            tr = f"{e['median_s'] / r['median_s']:.2f}x"
+            mr = f"{e['peak_bytes'] / max(r['peak_bytes'], 1):.1f}x"
+        print(f"   {ctx:>6} | {cell(a, 18)} | {cell(r, 18)} | {cell(e, 30)} | {tr:>15} {mr:>14}")
+    for e in res["rows"]:
+        if "skipped" in e:
+            print(f"   ctx {e['ctx']} {e['kind']}: skipped (would need ~{e['estimate_bytes'] / GiB:.1f} GiB; "
+                  f"budget {res['args']['mem_budget_gb']:.1f} GiB)")
+        if "error" in e:
+            print(f"   ctx {e['ctx']} {e['kind']}: {e['error']}")
+
+
+def default_budget_gb(device: str) -> float:
+    if device.startswith("cuda"):
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return 0.8 * free / GiB
+    try:
+        avail = _proc_meminfo_kib("MemAvailable") * 1024
+    except (OSError, RuntimeError):
+        return 4.0
+    return min(8.0, 0.4 * avail / GiB)  # shared machines: stay well below what is free
+
+
+def _proc_meminfo_kib(field: str) -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(field)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
+    ap.add_argument("--dtype", default=None, help="float32 (CPU default) / bfloat16 (CUDA default)")
+    ap.add_argument("--quick", action="store_true", help="~20 s: short sequence, fewer repeats, ctx 512 only")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads (CPU default 1: a fair, quiet single-core number; 0 = torch default)")
+    ap.add_argument("--seq", type=int, default=None, help="tokens per sequence in part 1 (default 1024)")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=None, help="timed rounds in part 1 (default 9)")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--contexts", type=int, nargs="+", default=None, help="part 2 contexts (default 512 2048 8192)")
+    ap.add_argument("--repeats-rows", type=int, default=None, help="timed calls per child at ctx <= 2048 (default 3)")
+    ap.add_argument("--repeats-long", type=int, default=1, help="timed calls per child at ctx > 2048")
+    ap.add_argument("--mem-budget-gb", type=float, default=None,
+                    help="GiB; skip a measurement whose estimate exceeds this (CPU default: min(8, 0.4 x MemAvailable))")
+    ap.add_argument("--child-timeout", type=float, default=600)
+    ap.add_argument("--out", default=None, help="JSON path (default bench/results/overhead-<device>.json)")
+    ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args._child is not None:
+        child_main(json.loads(args._child))
+        return
+
+    cuda = args.device.startswith("cuda")
+    args.dtype = args.dtype or ("bfloat16" if cuda else "float32")
+    if args.threads is None:
+        args.threads = 0 if cuda else 1
+    q = args.quick
+    args.seq = args.seq or (256 if q else 1024)
+    args.repeats = args.repeats or (5 if q else 9)
+    args.repeats_rows = args.repeats_rows or (1 if q else 3)
+    args.contexts = args.contexts or ([512] if q else [512, 2048, 8192])
+    if max(args.contexts) > MODEL["max_position_embeddings"]:
+        MODEL["max_position_embeddings"] = max(args.contexts)
+    torch = _setup_torch(args.threads)
+    if args.mem_budget_gb is None:
+        args.mem_budget_gb = default_budget_gb(args.device)
+
+    t_start = time.perf_counter()
+    print(f"interp overhead benchmark on {args.device} ({args.dtype}, torch threads {torch.get_num_threads()}); "
+          f"Llama L={MODEL['num_hidden_layers']} d={MODEL['hidden_size']} H={MODEL['num_attention_heads']} "
+          f"V={MODEL['vocab_size']}; memory budget {args.mem_budget_gb:.1f} GiB", flush=True)
+    print("part 1: forward overhead ...", flush=True)
+    overhead = part_overhead(args)
+    sanity = rows_sanity(args)
+    print("part 2: attention rows vs eager (one subprocess per measurement) ...", flush=True)
+    rows = part_rows(args)
+
+    import transformers
+
+    res = {
+        "device": args.device, "dtype": args.dtype, "model": dict(MODEL),
+        "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
+        "env": {"torch": torch.__version__, "transformers": transformers.__version__,
+                "python": platform.python_version(), "cpu_count": os.cpu_count(),
+                "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
+                "gpu": torch.cuda.get_device_name(torch.device(args.device)) if cuda else None},
+        "overhead": overhead, "rows_sanity": sanity, "rows": rows,
+        "total_wall_s": None,
+    }
+    res["total_wall_s"] = time.perf_counter() - t_start
+    print_report(res)
+    out = Path(args.out) if args.out else HERE / "results" / f"overhead-{args.device.split(':')[0]}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2) + "\n")
+    print(f"\ntotal {res['total_wall_s']:.0f} s; wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+
+
+if __name__ == "__main__":
+    main()
