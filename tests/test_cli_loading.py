@@ -100,3 +100,19 @@ def test_minilm_encoder_loads_and_matches_plain_bert():
     got = m.forward(batch)
     real = batch.attention_mask.bool()
     assert (got[real] - ref[real]).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["ablate", "--mode", "shuffle"], "valid modes are zero, mean, uniform"),
+    (["ablate", "--lengths", "abc"], "--lengths must be comma-separated integers"),
+    (["ablate", "--depths", "0,2"], "depths must lie in [0, 1]"),
+    (["ablate", "--needles", "/no/such.jsonl"], "--needles /no/such.jsonl: no such file"),
+    (["ablate", "--heads", "L1X"], "bad head id"),
+    (["detect", "retrieval", "--model", "tiny-random-qwen2"], "NIAH needs a tokenizer"),
+])
+def test_analysis_cli_bad_input_exits_2(args, msg, capsys, tmp_path):
+    code, out, err = run_cli(args + ["--out", str(tmp_path / "o")], capsys)
+    assert code == 2, err
+    assert msg in " ".join(err.split())
+    assert "Traceback" not in err
+    assert not (tmp_path / "o" / "ablation.json").exists()

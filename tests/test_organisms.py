@@ -147,7 +147,7 @@ def test_training_documents_tag_answers(tok):
 
 def test_packer_sequences(tok):
     packer = Packer(tok)
-    x, y, w, amask = packer.batch(seed=0, step=0, length=128, batch_size=4)
+    x, y, w, amask, cmask = packer.batch(seed=0, step=0, length=128, batch_size=4)
     assert x.shape == y.shape == w.shape == (4, 128)
     assert (x[:, 0] == tok.token_to_id(BOS)).all()
     assert torch.equal(x[:, 1:], y[:, :-1])

@@ -93,3 +93,12 @@ def _register_analyses():
 
 
 _register_analyses()
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def organisms(ctx: typer.Context):
+    """Build or evaluate the bundled model organisms: `interp organisms build NAME`, `interp organisms eval NAME`,
+    `interp organisms tokenizer` (same options as `python -m interp.organisms`)."""
+    from ..organisms.__main__ import main as organisms_main
+
+    raise typer.Exit(organisms_main(list(ctx.args)))

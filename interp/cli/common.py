@@ -9,24 +9,22 @@ from pathlib import Path
 from ..errors import InvalidInputError
 
 
-def parse_ints(text: str, what: str) -> tuple[int, ...]:
+def _parse_list(text: str, what: str, cast, kind: str) -> tuple:
     try:
-        vals = tuple(int(x) for x in text.split(",") if x.strip())
+        vals = tuple(cast(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise InvalidInputError(f"{what} must be comma-separated integers, got {text!r}") from None
+        raise InvalidInputError(f"{what} must be comma-separated {kind}, got {text!r}") from None
     if not vals:
         raise InvalidInputError(f"{what} is empty")
     return vals
+
+
+def parse_ints(text: str, what: str) -> tuple[int, ...]:
+    return _parse_list(text, what, int, "integers")
 
 
 def parse_floats(text: str, what: str) -> tuple[float, ...]:
-    try:
-        vals = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise InvalidInputError(f"{what} must be comma-separated numbers, got {text!r}") from None
-    if not vals:
-        raise InvalidInputError(f"{what} is empty")
-    return vals
+    return _parse_list(text, what, float, "numbers")
 
 
 def niah_config(lengths: str, depths: str, seeds: int, haystack, needles, separator: str, max_new_tokens):

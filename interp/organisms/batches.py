@@ -13,7 +13,7 @@ from .tokenizer import BOS, EOS, encode_pieces, token_counter
 
 # Fraction of documents of each type (the first document of each sequence is
 # drawn from this mix; the space left after it is packed from the same mix).
-DEFAULT_MIX: Dict[str, float] = {"needle": 0.45, "induction": 0.2, "list": 0.15, "filler": 0.2}
+DEFAULT_MIX: Dict[str, float] = {"needle": 0.4, "induction": 0.35, "list": 0.1, "filler": 0.15}
 ANSWER_WEIGHT = 5.0
 
 
@@ -73,8 +73,8 @@ class Packer:
         w = torch.tensor(
             [[self.answer_weight if t == "answer" else 1.0 for t in r[1][1:]] for r in rows]
         )
-        return ids[:, :-1], ids[:, 1:], w, _answer_mask(rows)
+        return ids[:, :-1], ids[:, 1:], w, _mask(rows, "answer"), _mask(rows, "copy")
 
 
-def _answer_mask(rows: Sequence[Tuple[List[int], List[str]]]) -> torch.Tensor:
-    return torch.tensor([[t == "answer" for t in r[1][1:]] for r in rows], dtype=torch.bool)
+def _mask(rows: Sequence[Tuple[List[int], List[str]]], tag: str) -> torch.Tensor:
+    return torch.tensor([[t == tag for t in r[1][1:]] for r in rows], dtype=torch.bool)

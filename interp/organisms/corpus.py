@@ -229,6 +229,7 @@ def niah_pieces(
     count_tokens: Optional[Callable[[str], int]] = None,
     n_distractors: int = 0,
     needle: Optional[Needle] = None,
+    distractors: Optional[Sequence[Needle]] = None,
 ) -> Tuple[List[Piece], Needle]:
     """Pieces of a NIAH prompt: haystack with the needle at ``depth`` then the question.
 
@@ -236,15 +237,17 @@ def niah_pieces(
     needle (0: needle first, 1: needle right before the question).  With
     ``n_tokens`` the haystack is sized so the whole prompt (without BOS and
     without the answer) has at most ``n_tokens`` tokens.  ``n_distractors``
-    other needles (different keys) are placed at random depths.
+    other needles (different keys) are placed at random depths (or pass
+    ``needle`` / ``distractors`` explicitly).
     """
     if not 0.0 <= depth <= 1.0:
         raise ValueError("depth must be in [0, 1]")
     r = as_rng(rng)
     target = needle or make_needle_full(r)
-    distractors: List[Needle] = []
-    for _ in range(n_distractors):
-        distractors.append(make_needle_full(r, [target.key] + [d.key for d in distractors]))
+    if distractors is None:
+        distractors = []
+        for _ in range(n_distractors):
+            distractors.append(make_needle_full(r, [target.key] + [d.key for d in distractors]))
     budget = n_tokens
     if n_tokens is not None:
         count = count_tokens or _approx_tokens
@@ -304,13 +307,27 @@ def make_niah_prompt(
 
 
 def needle_doc(r: random.Random, budget: int, count: Callable[[str], int]) -> List[Piece]:
-    """(a) 0-3 distractor needles plus one target needle at a random depth, then the Q/A."""
-    depth = r.random()
-    pieces, needle = niah_pieces(
-        r, depth, n_tokens=budget - count(" 0000") - 1, count_tokens=count,
-        n_distractors=r.choice((0, 1, 1, 2, 3)),
+    """(a) 0-3 distractor needles plus one target needle at a random depth, then the Q/A.
+
+    Some documents go on to ask about (some of) the distractors too, each
+    question followed by its answer.
+    """
+    n_distractors = r.choice((0, 1, 1, 2, 3))
+    distractors = []
+    for _ in range(n_distractors):
+        distractors.append(make_needle_full(r, [d.key for d in distractors]))
+    target = make_needle_full(r, [d.key for d in distractors])
+    extra = r.sample(distractors, r.randint(0, n_distractors))
+    qa_len = sum(count(n.question) + count(n.answer) + 1 for n in extra)
+    answer_len = count(target.answer) + 1
+    pieces, _ = niah_pieces(
+        r, r.random(), n_tokens=budget - answer_len - qa_len, count_tokens=count,
+        needle=target, distractors=distractors,
     )
-    return pieces + [(needle.answer, "answer"), (".", "text")]
+    pieces += [(target.answer, "answer"), (".", "text")]
+    for n in extra:
+        pieces += [(n.question, "question"), (n.answer, "answer"), (".", "text")]
+    return pieces
 
 
 def _word_salad(r: random.Random, n: int) -> str:

@@ -207,7 +207,7 @@ def train(
     curve, t0, tokens, window = [], time.time(), 0, []
     for step, length in enumerate(schedule):
         bsz = max(1, cfg.tokens_per_step // length)
-        x, y, w, amask = packer.batch(cfg.seed, step, length, bsz)
+        x, y, w, amask, cmask = packer.batch(cfg.seed, step, length, bsz)
         for g in opt.param_groups:
             g["lr"] = _lr_at(cfg, step)
         logits = model(input_ids=x).logits
@@ -222,16 +222,20 @@ def train(
         with torch.no_grad():
             lm = nll.mean().item()
             acc = ((logits.argmax(-1) == y) & amask).sum().item() / max(1, amask.sum().item())
-        window.append((lm, acc, amask.any().item()))
+            cl = nll[cmask].mean().item() if cmask.any() else float("nan")
+        window.append((lm, acc, amask.any().item(), cl))
         if (step + 1) % log_every == 0 or step + 1 == len(schedule):
-            lm_m = sum(a for a, _, _ in window) / len(window)
-            accs = [b for _, b, has in window if has]
+            lm_m = sum(v[0] for v in window) / len(window)
+            accs = [v[1] for v in window if v[2]]
             acc_m = sum(accs) / len(accs) if accs else float("nan")
+            cls = [v[3] for v in window if math.isfinite(v[3])]
+            cl_m = sum(cls) / len(cls) if cls else float("nan")
             el = time.time() - t0
             curve.append({"step": step + 1, "len": length, "lm_loss": round(lm_m, 4),
-                          "answer_acc": round(acc_m, 4), "elapsed_s": round(el, 1)})
+                          "answer_acc": round(acc_m, 4), "copy_loss": round(cl_m, 4),
+                          "elapsed_s": round(el, 1)})
             log(f"[{cfg.name}] step {step + 1}/{len(schedule)} len {length} loss {lm_m:.4f} "
-                f"answer_acc {acc_m:.3f} lr {_lr_at(cfg, step):.2e} "
+                f"answer_acc {acc_m:.3f} copy_loss {cl_m:.3f} lr {_lr_at(cfg, step):.2e} "
                 f"{tokens / el:.0f} tok/s {el / 60:.1f} min")
             window = []
         if not math.isfinite(loss.item()):

@@ -1,0 +1,65 @@
+"""Writes the notebooks in this folder (thin: a parameters cell, then calls into interp).
+
+Run `python notebooks/make_notebooks.py` after editing; CI executes the .ipynb files.
+"""
+
+from pathlib import Path
+
+import nbformat as nbf
+
+HERE = Path(__file__).parent
+
+
+def notebook(cells):
+    nb = nbf.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    for kind, src in cells:
+        cell = nbf.v4.new_markdown_cell(src) if kind == "md" else nbf.v4.new_code_cell(src)
+        if kind == "params":
+            cell.metadata["tags"] = ["parameters"]
+        nb.cells.append(cell)
+    return nb
+
+
+QUICKSTART = [
+    ("md", "# interp quick start\nLoad a model, read its spec, look at attention rows, ablate a head."),
+    ("params", 'MODEL = "tiny-qwen2"  # any alias from `interp models`, a checkpoint dir, or a Hub id\n'
+               'TEXT = "The secret code of the red lantern is 4821. What is the secret code of the red lantern? '
+               'The secret code of the red lantern is"'),
+    ("code", "import interp\nmodel = interp.load_model(MODEL)\nmodel.spec"),
+    ("code", "batch = model.tokenize([TEXT])\nnew = model.greedy_decode(batch, max_new_tokens=5)\n"
+             "model.tokenizer.decode(new[0])"),
+    ("code", "rows = interp.attention_rows(model, batch, query_positions=[-1])\n"
+             "top = rows[0, :, :, 0].argmax(-1)  # [layer, head]: most attended key of the last query\n"
+             "ids = batch.input_ids[0]\n"
+             "{f'L{l}H{h}': model.tokenizer.decode(ids[top[l, h]]) for l in range(model.spec.n_layers) "
+             "for h in range(model.spec.n_heads)}"),
+    ("code", "with model.intervene(interp.AblateHeads([(model.spec.n_layers - 1, 0)], mode='zero')):\n"
+             "    ablated = model.forward(batch)\n"
+             "clean = model.forward(batch)\n"
+             "float((ablated - clean).abs().max())"),
+]
+
+RETRIEVAL = [
+    ("md", "# Retrieval heads: detection and causal masking\nThe Wu et al. retrieval score from NIAH decoding, "
+           "then masking the detected heads vs matched random heads on the same paired-seed prompts."),
+    ("params", 'MODEL = "tiny-qwen2"\nLENGTHS = (256,)\nDEPTHS = (0.0, 0.5, 1.0)\nN_SEEDS = 3\n'
+               'THRESHOLD = 0.1\nMODE = "zero"\nDRAWS = 2'),
+    ("code", "import interp\nfrom interp.tasks.niah import NiahConfig, build_niah\n"
+             "from interp.analyses.retrieval import RetrievalConfig, detect_retrieval_heads\n"
+             "from interp.analyses.ablation import AblationConfig, run_ablation\n"
+             "from interp import plotting\n"
+             "model = interp.load_model(MODEL)\n"
+             "niah = NiahConfig(context_lengths=LENGTHS, depths=DEPTHS, n_seeds=N_SEEDS)\n"
+             "samples = build_niah(model.tokenizer, niah)"),
+    ("code", "det = detect_retrieval_heads(model, RetrievalConfig(niah=niah, threshold=THRESHOLD), samples=samples)\n"
+             "print(det.baseline_recall, det.heads)\nplotting.retrieval_heatmap(det.to_dict())"),
+    ("code", "abl = run_ablation(model, AblationConfig(heads=det.head_ids(), niah=niah, mode=MODE, draws=DRAWS),\n"
+             "                   samples=samples)\n"
+             "[(c.name, c.recall['mean'], c.recall['lo'], c.recall['hi']) for c in abl.conditions]"),
+    ("code", "plotting.recall_by_condition(abl.to_dict())"),
+]
+
+if __name__ == "__main__":
+    nbf.write(notebook(QUICKSTART), HERE / "01_quickstart.ipynb")
+    nbf.write(notebook(RETRIEVAL), HERE / "02_retrieval_heads.ipynb")
