@@ -64,3 +64,40 @@ def write_html(fig, path: str | Path) -> Path:
     path = Path(path)
     fig.write_html(str(path), include_plotlyjs="directory", full_html=True)
     return path
+
+
+def rope_dose_response(result: dict):
+    go = _go()
+    fig = go.Figure()
+    doses = result["doses"]
+    for key, name in (("target", "target heads, band zeroed"), ("random_pooled", "same heads, random dims"),
+                      ("matched_pooled", "matched other heads, band zeroed")):
+        pts = [(d["dose"], d[key]["recall"]) for d in doses if d.get(key)]
+        xs = [p[0] for p in pts]
+        fig.add_trace(go.Scatter(
+            x=xs, y=[p[1]["mean"] for p in pts], mode="lines+markers", name=name,
+            error_y={"type": "data", "array": [p[1]["hi"] - p[1]["mean"] for p in pts],
+                     "arrayminus": [p[1]["mean"] - p[1]["lo"] for p in pts]}))
+    rope = result["baseline"]["rope"]
+    fig.update_layout(title=f"NIAH recall vs {result['band']}-frequency dims zeroed ({result['side']} side), "
+                            f"{result['model']} (of {rope['rotary_dims']} rotary dims; 95% CI)",
+                      xaxis_title="dims zeroed per head", yaxis_title="recall", yaxis_range=[0, 1.05])
+    return fig
+
+
+def rope_usage_heatmap(result: dict):
+    go = _go()
+    order = result["pair_order"]
+    marked = set(result["retrieval_heads"])
+    labels, rows = [], []
+    for l, layer in enumerate(result["usage"]):
+        for h, u in enumerate(layer):
+            labels.append(f"L{l}H{h}" + (" ●" if f"L{l}H{h}" in marked else ""))
+            rows.append([u[j] for j in order] + u[len(order):])
+    xs = [f"p{j} ({result['pair_freqs'][j]:.2g})" for j in order]
+    if rows and len(rows[0]) > len(order):
+        xs.append("non-rotary")
+    fig = go.Figure(go.Heatmap(z=rows, x=xs, y=labels, colorscale="Magma", colorbar={"title": "share of |q.k|"}))
+    fig.update_layout(title=f"RoPE pair usage per head (low to high frequency), {result['model']} (● retrieval)",
+                      xaxis_title="rotary pair (inv_freq)", yaxis_title="head", height=max(400, 14 * len(rows)))
+    return fig

@@ -87,9 +87,12 @@ def info(model: Optional[str] = ModelOpt, as_json: bool = JsonOpt,
 
 def _register_analyses():
     from .retrieval_cmds import ablate, detect_app
+    from .rope_cmds import rope_profile, rope_zero
 
     app.add_typer(detect_app, name="detect")
     app.command("ablate")(ablate)
+    app.command("rope-zero")(rope_zero)
+    app.command("rope-profile")(rope_profile)
 
 
 _register_analyses()

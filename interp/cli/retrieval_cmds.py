@@ -113,6 +113,40 @@ def _heads_from(spec_text: str, model, from_dir: Optional[str]):
     return as_heads(spec_text), "explicit"
 
 
+def resolve_target_heads(heads: str, m, niah, threshold: float, from_dir, batch_size: int, o: Path, seed: int,
+                         n_heads=None):
+    """--heads retrieval (detected now, or read from --from DIR) | random | ids | FILE -> (heads, source, detection)."""
+    import random
+
+    from ..types import HeadId, as_heads
+
+    if heads == "retrieval":
+        if from_dir:
+            f = Path(from_dir) / "retrieval.json"
+            if not f.is_file():
+                raise InvalidInputError(f"--from {from_dir}: no retrieval.json there; run `interp detect retrieval`")
+            d = json.loads(f.read_text())
+            if d.get("model") != m.name:
+                raise InvalidInputError(f"{f} was computed on {d.get('model')!r}, not {m.name!r}")
+            return as_heads(d["heads"]), f"retrieval (from {f})", {"from": str(f), "threshold": d["threshold"],
+                                                                    "n_heads": len(d["heads"])}
+        res, dsamples = _detect(m, niah, threshold, False, batch_size, 4, 64)
+        _write_detection(res, dsamples, m, o)
+        return res.head_ids(), f"retrieval (detected, threshold {threshold})", {
+            "threshold": threshold, "n_heads": len(res.heads), "baseline_recall": res.baseline_recall,
+            "file": str(o / "retrieval.json")}
+    if heads == "random":
+        total = m.spec.n_layers * m.spec.n_heads
+        k = n_heads or max(1, total // 10)
+        if not 1 <= k <= total:
+            raise InvalidInputError(f"--n-heads must be in 1..{total}")
+        rng = random.Random(seed)
+        target = tuple(sorted(HeadId(*divmod(i, m.spec.n_heads)) for i in rng.sample(range(total), k)))
+        return target, f"random ({k} heads, seed {seed})", None
+    target, source = _heads_from(heads, m, from_dir)
+    return target, source, None
+
+
 def ablate(model: Optional[str] = MODEL,
            heads: str = typer.Option("retrieval", "--heads", help="retrieval | random | L3H1,L5H0 | FILE (ids or a "
                                      "retrieval.json)."),
@@ -128,13 +162,10 @@ def ablate(model: Optional[str] = MODEL,
            threshold: float = THRESHOLD, batch_size: int = BATCH, device: Optional[str] = DEVICE,
            dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, as_json: bool = JSON):
     """Mask heads on NIAH; compare with baseline and matched random heads (paired CIs, permutation tests)."""
-    import random
-
     from .. import plotting
     from ..analyses.ablation import AblationConfig, run_ablation
     from ..interventions import ABLATION_MODES
     from ..tasks.niah import build_niah, write_prompts
-    from ..types import HeadId
 
     if mode not in ABLATION_MODES:
         raise InvalidInputError(f"--mode {mode!r}: valid modes are {', '.join(ABLATION_MODES)}")
@@ -143,35 +174,8 @@ def ablate(model: Optional[str] = MODEL,
     niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
     m = _model(model, device, dtype)
     o = out_dir(out, "ablate", m.name)
-    detection = None
-    if heads == "retrieval":
-        if from_dir:
-            f = Path(from_dir) / "retrieval.json"
-            if not f.is_file():
-                raise InvalidInputError(f"--from {from_dir}: no retrieval.json there; run `interp detect retrieval`")
-            d = json.loads(f.read_text())
-            if d.get("model") != m.name:
-                raise InvalidInputError(f"{f} was computed on {d.get('model')!r}, not {m.name!r}")
-            from ..types import as_heads
-
-            target, source = as_heads(d["heads"]), f"retrieval (from {f})"
-            detection = {"from": str(f), "threshold": d["threshold"], "n_heads": len(d["heads"])}
-        else:
-            res, dsamples = _detect(m, niah, threshold, False, batch_size, 4, 64)
-            _write_detection(res, dsamples, m, o)
-            target, source = res.head_ids(), f"retrieval (detected, threshold {threshold})"
-            detection = {"threshold": threshold, "n_heads": len(res.heads), "baseline_recall": res.baseline_recall,
-                         "file": str(o / "retrieval.json")}
-    elif heads == "random":
-        total = m.spec.n_layers * m.spec.n_heads
-        k = n_heads or max(1, total // 10)
-        if not 1 <= k <= total:
-            raise InvalidInputError(f"--n-heads must be in 1..{total}")
-        rng = random.Random(seed)
-        target = tuple(sorted(HeadId(*divmod(i, m.spec.n_heads)) for i in rng.sample(range(total), k)))
-        source = f"random ({k} heads, seed {seed})"
-    else:
-        target, source = _heads_from(heads, m, from_dir)
+    target, source, detection = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed,
+                                                     n_heads)
     cfg = AblationConfig(heads=tuple(target), niah=niah, mode=mode, decode_only=decode_only, draws=draws, seed=seed,
                          batch_size=batch_size, heads_source=source)
     samples = build_niah(m.tokenizer, niah)

@@ -1,0 +1,146 @@
+"""Per-head RoPE frequency usage and a per-head q/k norm statistic, retrieval heads vs the rest.
+
+Usage: for query head h and rotary pair p (dims a, b), the pair's contribution to the q.k logit
+between query i and key j <= i is c_p(i, j) = q_a(i) k_a(j) + q_b(i) k_b(j) (post-RoPE, post-QK-norm
+q and k; the key head is the one h reads under GQA). The pair's share is
+sum_{i, j<=i} |c_p| / sum_{p'} sum_{i, j<=i} |c_p'|; dims outside the rotary part (partial rotary)
+form one extra "non-rotary" bucket. (Barbero et al. read such profiles to show Gemma's positional
+heads use the highest and semantic ones the lowest frequencies.)
+
+Norm statistics (pluggable; our reading of the paper's "norm-utility", see science.md):
+q_norm (mean ||q||), k_norm (mean ||k||), qk_norm (mean ||q|| * mean ||k||), low_share (usage
+share of the lowest-frequency quarter of the pairs). Retrieval vs other heads: Cohen's d and a
+layer-clustered permutation test (labels permuted within layers).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from ..capture import Capture
+from ..errors import InvalidInputError
+from ..rope import require_rope
+from ..types import HeadId, Site
+
+STATISTICS = ("q_norm", "k_norm", "qk_norm", "low_share")
+
+
+@dataclass
+class RopeProfileConfig:
+    retrieval_heads: tuple[HeadId, ...] = ()
+    heads_source: str = "none"
+    n_texts: int = 8
+    n_tokens: int = 256
+    seed: int = 0
+    statistic: str = "qk_norm"
+    n_perm: int = 10000
+    batch_size: int = 8
+
+    def __post_init__(self):
+        if self.statistic not in STATISTICS:
+            raise InvalidInputError(f"unknown statistic {self.statistic!r}; valid: {', '.join(STATISTICS)}")
+
+
+@dataclass
+class RopeProfileResult:
+    model: str
+    pair_freqs: list[float]  # inv_freq of each pair (pair index order)
+    pair_order: list[int]  # pair indices sorted by ascending frequency
+    usage: list[list[list[float]]]  # [layer][head][pair (+1 non-rotary bucket if partial)]
+    statistic: str
+    head_statistic: list[list[float]]  # [layer][head]
+    retrieval_heads: list[str]
+    heads_source: str
+    comparison: dict | None  # Cohen's d + layer-clustered permutation, retrieval vs other heads
+    config: dict
+    provenance: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _texts(model, config) -> list[list[int]]:
+    from ..organisms.corpus import make_sentence
+
+    tok = model.tokenizer
+    if tok is None:
+        raise InvalidInputError("rope-profile needs a tokenizer to encode corpus text")
+    bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
+    out = []
+    for i in range(config.n_texts):
+        r = random.Random(f"rope-profile/{config.seed}/{i}")
+        ids = list(bos)
+        while len(ids) < config.n_tokens:
+            ids += tok(make_sentence(r), add_special_tokens=False)["input_ids"]
+        out.append(ids[:config.n_tokens])
+    return out
+
+
+def pair_usage(q: torch.Tensor, k: torch.Tensor, rope) -> torch.Tensor:
+    """|contribution| of each pair (plus a non-rotary bucket if partial) summed over causal (i, j): [P(+1)]."""
+    s = q.shape[0]
+    causal = torch.tril(torch.ones(s, s, dtype=torch.bool, device=q.device))
+    a = torch.tensor([rope.pair_dims(j)[0] for j in range(rope.n_pairs)], device=q.device)
+    b = torch.tensor([rope.pair_dims(j)[1] for j in range(rope.n_pairs)], device=q.device)
+    c = torch.einsum("ip,jp->pij", q[:, a], k[:, a]) + torch.einsum("ip,jp->pij", q[:, b], k[:, b])
+    out = (c.abs() * causal).sum((1, 2))
+    if rope.rotary_dims < rope.head_dim:
+        rest = slice(rope.rotary_dims, rope.head_dim)
+        out = torch.cat([out, ((q[:, rest] @ k[:, rest].T).abs() * causal).sum()[None]])
+    return out
+
+
+def run_rope_profile(model, config: RopeProfileConfig) -> RopeProfileResult:
+    from .. import stats
+    from ..provenance import provenance
+    from .niah_run import pad_left
+
+    rope = require_rope(model.spec)
+    spec = model.spec
+    texts = _texts(model, config)
+    ids, _ = pad_left(texts, 0)  # equal lengths: no padding
+    L, H = spec.n_layers, spec.n_heads
+    sites = [Site(l, kind) for l in range(L) for kind in ("q", "k")]
+    cap = Capture(sites)
+    with model.intervene(cap):
+        model.forward(ids.to(model.device), batch_size=config.batch_size, logits=False)
+    n_b = len(texts)
+    n_buckets = rope.n_pairs + (1 if rope.rotary_dims < rope.head_dim else 0)
+    usage = np.zeros((L, H, n_buckets))
+    qn = np.zeros((L, H))
+    kn = np.zeros((L, H))
+    for l in range(L):
+        q_all = cap[Site(l, "q")].float()  # [b, s, H, d]
+        k_all = cap[Site(l, "k")].float()  # [b, s, Hkv, d]
+        for h in range(H):
+            g = spec.kv_head_of(h)
+            tot = sum(pair_usage(q_all[b, :, h], k_all[b, :, g], rope) for b in range(n_b))
+            usage[l, h] = (tot / tot.sum()).cpu().numpy()
+            qn[l, h] = q_all[:, :, h].norm(dim=-1).mean().item()
+            kn[l, h] = k_all[:, :, g].norm(dim=-1).mean().item()
+    order = sorted(range(rope.n_pairs), key=lambda j: rope.inv_freq[j])
+    low = order[: max(1, rope.n_pairs // 4)]
+    stat = {"q_norm": qn, "k_norm": kn, "qk_norm": qn * kn, "low_share": usage[:, :, low].sum(-1)}[config.statistic]
+    comparison = None
+    labels = np.zeros((L, H), dtype=bool)
+    for hd in config.retrieval_heads:
+        if not (0 <= hd.layer < L and 0 <= hd.head < H):
+            raise InvalidInputError(f"head {hd} is outside the model ({L} layers, {H} heads)")
+        labels[hd.layer, hd.head] = True
+    if 0 < labels.sum() < labels.size:
+        perm = stats.layer_clustered_permutation(stat, labels, n_perm=config.n_perm, seed=config.seed)
+        comparison = {"cohens_d": stats.cohens_d(stat[labels], stat[~labels]),
+                      "mean_retrieval": float(stat[labels].mean()), "mean_other": float(stat[~labels].mean()),
+                      "n_retrieval": int(labels.sum()), "n_other": int((~labels).sum()),
+                      "layer_clustered_permutation": perm.to_dict()}
+    cfg = asdict(config)
+    cfg["retrieval_heads"] = [str(h) for h in config.retrieval_heads]
+    return RopeProfileResult(
+        model=model.name, pair_freqs=list(rope.inv_freq), pair_order=order, usage=usage.round(6).tolist(),
+        statistic=config.statistic, head_statistic=stat.round(6).tolist(),
+        retrieval_heads=[str(h) for h in config.retrieval_heads], heads_source=config.heads_source,
+        comparison=comparison, config=cfg, provenance=provenance(model))

@@ -1,0 +1,131 @@
+"""`interp rope-zero` and `interp rope-profile`."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from ..errors import InvalidInputError
+from .common import niah_config, out_dir, parse_ints, progress_bar, write_json
+from .retrieval_cmds import (BATCH, DEPTHS, DEVICE, DTYPE, HAYSTACK, JSON, LENGTHS, MAX_NEW, MODEL, NEEDLES, OUT,
+                             SEEDS, SEPARATOR, THRESHOLD, _model, resolve_target_heads)
+
+HEADS = typer.Option("retrieval", "--heads", help="retrieval | random | L3H1,L5H0 | FILE (ids or a retrieval.json).")
+FROM = typer.Option(None, "--from", help="Reuse retrieval.json from this directory.")
+
+
+def rope_zero(model: Optional[str] = MODEL, heads: str = HEADS,
+              band: str = typer.Option("lowest", "--band", help="lowest | highest | random | explicit pairs '0,3,5'."),
+              dims: str = typer.Option("0,4,8,16,32", "--dims", help="Doses: dims zeroed per head (even numbers), "
+                                       "comma-separated; with --unit pairs, pairs."),
+              unit: str = typer.Option("dims", "--unit", help="dims | pairs"),
+              side: str = typer.Option("q", "--side", help="q (head-specific) | k (hits the whole GQA group) | both"),
+              random_draws: int = typer.Option(3, "--random-draws", help="Random-dim draws per dose."),
+              head_draws: int = typer.Option(2, "--head-draws", help="Matched non-target head sets."),
+              from_dir: Optional[str] = FROM, seed: int = typer.Option(0, "--seed"),
+              lengths: str = LENGTHS, depths: str = DEPTHS, seeds: int = SEEDS, haystack: Optional[str] = HAYSTACK,
+              needles: Optional[str] = NEEDLES, separator: str = SEPARATOR, max_new_tokens: Optional[int] = MAX_NEW,
+              threshold: float = THRESHOLD, batch_size: int = BATCH, device: Optional[str] = DEVICE,
+              dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, as_json: bool = JSON):
+    """Zero a RoPE frequency band in heads: dose-response of NIAH recall with dim, head and task controls."""
+    from .. import plotting
+    from ..analyses.rope_zero import RopeZeroConfig, run_rope_zero
+    from ..interventions import ZERO_SIDES
+    from ..rope import require_rope
+    from ..tasks.niah import build_niah, write_prompts
+
+    if side not in ZERO_SIDES:
+        raise InvalidInputError(f"--side {side!r}: valid sides are {', '.join(ZERO_SIDES)}")
+    doses = parse_ints(dims, "--dims")
+    band_arg = band if band in ("lowest", "highest", "random") else parse_ints(band, "--band")
+    niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
+    m = _model(model, device, dtype)
+    require_rope(m.spec)
+    o = out_dir(out, "rope-zero", m.name)
+    target, source, _ = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed)
+    cfg = RopeZeroConfig(heads=tuple(target), niah=niah, band=band_arg if isinstance(band_arg, str) else "explicit",
+                         doses=doses, unit=unit, side=side, random_draws=random_draws, head_draws=head_draws,
+                         seed=seed, batch_size=batch_size, heads_source=source)
+    if not isinstance(band_arg, str):
+        raise InvalidInputError("explicit pair bands are available from the library (interp.rope.resolve_dims); "
+                                "the CLI dose-response takes --band lowest|highest|random")
+    samples = build_niah(m.tokenizer, niah)
+    n_runs = 1 + sum(1 + random_draws + head_draws for d in doses if d > 0)
+    prog, advance = progress_bar(len(samples) * n_runs, "rope-zero conditions")
+    with prog:
+        res = run_rope_zero(m, cfg, samples=samples, progress=advance)
+    d = res.to_dict()
+    write_json(d, o / "rope_zero.json")
+    write_prompts(samples, m.tokenizer, o / "prompts.jsonl")
+    plotting.write_html(plotting.rope_dose_response(d), o / "rope_dose_response.html")
+    if as_json:
+        typer.echo(json.dumps(d))
+        return
+    _print_rope_zero(d, o)
+
+
+def _fmt(block):
+    if not block:
+        return "-"
+    r = block["recall"]
+    return f"{r['mean']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]"
+
+
+def _print_rope_zero(d, o):
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{d['model']}: {d['band']} band zeroed ({d['side']} side) in {len(d['heads'])} heads "
+                    f"({d['heads_source']})")
+    for col in ("dims", "target heads", "random dims (pooled)", "matched heads (pooled)", "task loss (nats)"):
+        t.add_column(col)
+    for r in d["doses"]:
+        tl = r["task"]
+        loss = f"{tl['loss']:.3f}" + ("" if tl["vs_baseline"] is None else f" ({tl['vs_baseline']['diff']:+.3f})")
+        t.add_row(str(r["dose"]), _fmt(r["target"]), _fmt(r["random_pooled"]), _fmt(r["matched_pooled"]), loss)
+    c = Console(stderr=True)
+    c.print(t)
+    c.print(f"written to {o}/")
+
+
+def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Optional[str] = FROM,
+                 statistic: str = typer.Option("qk_norm", "--statistic", help="q_norm | k_norm | qk_norm | low_share"),
+                 n_texts: int = typer.Option(8, "--texts", help="Corpus passages."),
+                 n_tokens: int = typer.Option(256, "--tokens", help="Tokens per passage."),
+                 seed: int = typer.Option(0, "--seed"), lengths: str = LENGTHS, depths: str = DEPTHS,
+                 seeds: int = SEEDS, threshold: float = THRESHOLD, batch_size: int = BATCH,
+                 device: Optional[str] = DEVICE, dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
+                 as_json: bool = JSON):
+    """Per-head, per-frequency-pair share of the q.k logit magnitude; a q/k norm statistic, retrieval vs other heads."""
+    from .. import plotting
+    from ..analyses.rope_profile import RopeProfileConfig, run_rope_profile
+    from ..rope import require_rope
+
+    niah = niah_config(lengths, depths, seeds, None, None, "\\n", None)
+    m = _model(model, device, dtype)
+    require_rope(m.spec)
+    o = out_dir(out, "rope-profile", m.name)
+    target, source, _ = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed)
+    cfg = RopeProfileConfig(retrieval_heads=tuple(target), heads_source=source, n_texts=n_texts, n_tokens=n_tokens,
+                            seed=seed, statistic=statistic, batch_size=batch_size)
+    res = run_rope_profile(m, cfg)
+    d = res.to_dict()
+    write_json(d, o / "rope_profile.json")
+    plotting.write_html(plotting.rope_usage_heatmap(d), o / "rope_usage.html")
+    if as_json:
+        typer.echo(json.dumps(d))
+        return
+    from rich.console import Console
+
+    c = Console(stderr=True)
+    cmp_ = d["comparison"]
+    if cmp_:
+        p = cmp_["layer_clustered_permutation"]
+        c.print(f"{d['statistic']}: retrieval {cmp_['mean_retrieval']:.3f} (n={cmp_['n_retrieval']}) vs other "
+                f"{cmp_['mean_other']:.3f} (n={cmp_['n_other']}); Cohen's d = {cmp_['cohens_d']:.2f}, "
+                f"layer-clustered permutation p = {p['p_value']:.3g}")
+    else:
+        c.print("no comparison: every head or no head is labelled retrieval")
+    c.print(f"written to {o}/")
