@@ -34,7 +34,8 @@ _EXPORTS = {
 }
 
 _SUBMODULES = ("adapters", "capture", "errors", "interception", "interventions", "loading", "model", "rows",
-               "spec", "tiny", "types", "cli", "stats", "plotting", "provenance", "analyses", "tasks")
+               "spec", "tiny", "types", "cli", "stats", "plotting", "provenance", "analyses", "tasks",
+               "store", "probes")
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 

@@ -135,10 +135,16 @@ def test_training_documents_tag_answers(tok):
         assert len(ids) <= 200
         assert ids == tok.encode("".join(p for p, _ in pieces), add_special_tokens=False).ids
         answer = tok.decode([t for t, g in zip(ids, tags) if g == "answer"])
+        answers = [p for p, g in pieces if g == "answer"]
+        assert answer == "".join(answers)
         needle = next(p for p, g in pieces if g == "needle")
-        assert needle.endswith(f" is{answer}.")
-        question = next(p for p, g in pieces if g == "question")
-        assert question.split("? ")[1] in needle
+        assert needle.endswith(f" is{answers[0]}.")
+        facts = {p for p, g in pieces if g in ("needle", "distractor")}
+        for j, (p, g) in enumerate(pieces):
+            if g == "answer":
+                question, tag = pieces[j - 1]
+                assert tag == "question"
+                assert " " + question.split("? ")[1] + p + "." in facts
         lst = corpus.list_doc(r, 200, count)
         items = [p.strip(" ,") for p, _ in lst[1:-1]] if lst[0][0].startswith(" Invited") else None
         if items:

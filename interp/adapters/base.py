@@ -32,6 +32,7 @@ class Adapter:
     attn_attr: str = "self_attn"
     mlp_attr: str = "mlp"
     o_proj_attr: str = "o_proj"
+    v_proj_attr: str = "v_proj"  # separate value projection (fused layouts override v_weight)
     embed_attr: str = "embed_tokens"
     final_norm_attr: str = "norm"
     rotary_attr: str | None = "rotary_emb"
@@ -183,6 +184,15 @@ class Adapter:
     def o_weight(self, layer: int) -> torch.Tensor:
         """W_O as [d_model, n_heads * head_dim] (nn.Linear convention)."""
         return self.o_proj(layer).weight
+
+    def v_weight(self, layer: int) -> torch.Tensor:
+        """W_V as [n_kv_heads * head_dim, d_model] (nn.Linear convention): rows of kv head g are
+        g*head_dim .. (g+1)*head_dim - 1; v = W_V @ x + v_bias on the attention module's input."""
+        return getattr(self.attention(layer), self.v_proj_attr).weight
+
+    def v_bias(self, layer: int) -> torch.Tensor | None:
+        """The value projection's bias as [n_kv_heads * head_dim], or None."""
+        return getattr(self.attention(layer), self.v_proj_attr).bias
 
 
 def _getpath(obj: Any, path: str) -> Any:

@@ -17,6 +17,7 @@ class BertAdapter(Adapter):
     layers_attr = "layer"
     attn_attr = "attention.self"
     o_proj_attr = "dense"  # unused: the output projection lives in attention.output
+    v_proj_attr = "value"
     rotary_attr = None
     unembed_attr = "cls"
 

@@ -47,3 +47,12 @@ class GPT2Adapter(Adapter):
     def o_weight(self, layer: int) -> torch.Tensor:
         # Conv1D stores [in, out]; return nn.Linear's [out, in]
         return self.o_proj(layer).weight.t()
+
+    def v_weight(self, layer: int) -> torch.Tensor:
+        # fused Conv1D c_attn [d_model, 3 * d_model] = [q | k | v] along the output axis
+        d = int(self.config.n_embd)
+        return self.attention(layer).c_attn.weight[:, 2 * d:].t()
+
+    def v_bias(self, layer: int) -> torch.Tensor | None:
+        d = int(self.config.n_embd)
+        return self.attention(layer).c_attn.bias[2 * d:]

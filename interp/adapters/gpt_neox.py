@@ -1,5 +1,7 @@
 """GPT-NeoX / Pythia: partial rotary (rotary_pct of each head, rotate_half within it), MHA."""
 
+import torch
+
 from .base import Adapter
 
 
@@ -14,3 +16,16 @@ class GPTNeoXAdapter(Adapter):
 
     def sliding(self):
         return None, ()
+
+    # fused query_key_value [3 * d_model, d_model], interleaved per head: [q_h | k_h | v_h] for each head h
+    def _v_rows(self) -> torch.Tensor:
+        hd, n = self.head_dim(), self.n_heads()
+        return (torch.arange(n)[:, None] * 3 * hd + 2 * hd + torch.arange(hd)[None, :]).reshape(-1)
+
+    def v_weight(self, layer: int) -> torch.Tensor:
+        w = self.attention(layer).query_key_value.weight
+        return w[self._v_rows().to(w.device)]
+
+    def v_bias(self, layer: int) -> torch.Tensor | None:
+        b = self.attention(layer).query_key_value.bias
+        return None if b is None else b[self._v_rows().to(b.device)]

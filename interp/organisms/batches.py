@@ -13,8 +13,41 @@ from .tokenizer import BOS, EOS, encode_pieces, token_counter
 
 # Fraction of documents of each type (the first document of each sequence is
 # drawn from this mix; the space left after it is packed from the same mix).
-DEFAULT_MIX: Dict[str, float] = {"needle": 0.4, "induction": 0.35, "list": 0.1, "filler": 0.15}
+DEFAULT_MIX: Dict[str, float] = {
+    "needle": 0.4, "induction": 0.2, "salad": 0.1, "tokens": 0.05, "list": 0.1, "filler": 0.15,
+}
+# Mix of the first ``warm_steps`` steps: mostly verbatim repeats of strings of random
+# vocabulary words ("tokens" documents), which makes induction heads form early (the
+# corpus mix alone, even with 75% word-salad repeats, left them unformed after 250 steps).
+WARM_MIX: Dict[str, float] = {"tokens": 0.5, "salad": 0.2, "needle": 0.3}
 ANSWER_WEIGHT = 5.0
+
+
+def vocab_words(tok: Tokenizer) -> List[str]:
+    """Every vocabulary entry that is a space plus letters (e.g. ``" lantern"``, ``" lan"``)."""
+    out = []
+    for t in sorted(tok.get_vocab(), key=tok.token_to_id):
+        text = tok.decode([tok.token_to_id(t)])
+        if len(text) > 1 and text[0] == " " and text[1:].isalpha() and text[1:].isascii():
+            out.append(text)
+    return out
+
+
+def tokens_doc(words: Sequence[str]):
+    """(b) a string of uniformly random vocabulary words repeated verbatim 2-4 times."""
+
+    def build(r: random.Random, budget: int, count) -> List[Tuple[str, str]]:
+        reps = r.choice((2, 3, 4))
+        chosen = [r.choice(words) for _ in range(max(1, budget // reps))]
+        passage = "".join(chosen)
+        while count(passage) * reps > budget and len(chosen) > 1:
+            chosen = chosen[: max(1, min(len(chosen) - 1, int(len(chosen) * 0.85)))]
+            passage = "".join(chosen)
+        if count(passage) * reps > budget:
+            return []
+        return [(passage, "text")] + [(passage, "copy")] * (reps - 1)
+
+    return build
 
 
 class Packer:
@@ -31,6 +64,7 @@ class Packer:
         self.eos = tok.token_to_id(EOS)
         self._count = token_counter(tok)
         self._cache: Dict[str, int] = {}
+        self.builders = dict(DOC_BUILDERS, tokens=tokens_doc(vocab_words(tok)))
 
     def count(self, text: str) -> int:
         c = self._cache.get(text)
@@ -49,12 +83,12 @@ class Packer:
             if rem < 8:
                 break
             kind = r.choices(self.kinds, self.probs)[0]
-            if kind in ("needle", "induction"):
+            if kind in ("needle", "induction", "salad", "tokens"):
                 frac = max(r.random(), r.random()) if first else r.random()
                 budget = max(8, int(rem * frac)) if rem > 48 else rem
             else:
                 budget = rem
-            pieces = DOC_BUILDERS[kind](r, budget, self.count)
+            pieces = self.builders[kind](r, budget, self.count)
             first = False
             d_ids, d_tags = encode_pieces(self.tok, pieces)
             if not d_ids:

@@ -15,17 +15,24 @@ _ARCH = {
 }
 
 _CORPUS = """\
-Procedural English-like corpus from `interp/organisms/corpus.py` (seeded `random.Random`):
-(a) needle documents: 0-3 distractor needles plus one target needle
+Procedural English-like corpus from `interp/organisms/corpus.py` (seeded `random.Random`;
+templated sentences over ~250 words, names, places and number words):
+(a) `needle` documents: 0-3 distractor needles plus one target needle
 `" The secret code of the <adj> <noun> is <4 digits>."` at a random depth in filler,
-ending with `" What is the secret code of the <adj> <noun>? The secret code of the <adj> <noun> is"`
-and the answer `" <4 digits>."` (answer tokens weighted x{aw:g} in the loss);
-(b) induction: a passage (prose or word salad) repeated verbatim, sometimes after a gap;
-(c) lists drawn without replacement (`"Guests arriving: Alice, Bob, ..."`, sometimes from an
-`"Invited: ..."` list) for copy suppression; (d) plain filler prose.
+then `" What is the secret code of the <adj> <noun>? The secret code of the <adj> <noun> is"`
+and the answer `" <4 digits>."`, sometimes followed by questions about the distractors
+(answer tokens weighted x{aw:g} in the loss);
+(b) `induction`: a passage (prose or word salad) repeated verbatim, sometimes after a gap;
+`salad`: a word-salad passage repeated 2-4 times; `tokens`: a string of uniformly random
+space-prefixed vocabulary entries repeated 2-4 times (so the copy evaluation's random-token
+repeats are close to, but not drawn from, this training distribution);
+(c) `list`: lists drawn without replacement (`"Guests arriving: Alice, Bob, ..."`, sometimes
+after an `"Invited: ..."` list) for copy suppression; (d) `filler`: plain prose.
 Documents are packed into fixed-length sequences starting with `<s>`, separated by `</s>`.
-Training sequence `row` of step `step` comes from `random.Random("train/<seed>/<step>/<row>")`;
-evaluation uses only integer seeds in [1e9, 2e9) (`corpus.heldout_seed`), never used in training."""
+The first `warm_steps` steps use the warm-up mix (mostly `tokens`/`salad` repeats) so that
+induction heads form early. Training sequence `row` of step `step` comes from
+`random.Random("train/<seed>/<step>/<row>")`; evaluation uses only integer seeds in
+[1e9, 2e9) (`corpus.heldout_seed`), never used in training."""
 
 
 def _metrics_lines(ev) -> List[str]:
@@ -82,23 +89,26 @@ def render_card(info: dict) -> str:
         "",
         f"- corpus mix (document-type probabilities): "
         + ", ".join(f"{k} {v:g}" for k, v in sorted(cfg["mix"].items())),
+        f"- warm-up mix for the first {cfg.get('warm_steps', 0)} steps: "
+        + ", ".join(f"{k} {v:g}" for k, v in sorted(cfg.get("warm_mix", {}).items())),
         f"- curriculum (sequence length x steps): "
         + ", ".join(f"{n}x{s}" for n, s in cfg["curriculum"])
         + f"; {cfg['tokens_per_step']} tokens per step",
-        f"- AdamW lr {cfg['lr']:g} (warmup {cfg['warmup']}, cosine to {cfg['min_lr_frac']:g}x), "
+        f"- init std {cfg.get('init_std', 0.02):g}; AdamW lr {cfg['lr']:g} (warmup {cfg['warmup']}, cosine to {cfg['min_lr_frac']:g}x), "
         f"betas (0.9, 0.95), weight decay {cfg['weight_decay']:g}, grad clip {cfg['grad_clip']:g}",
         f"- seed {cfg['seed']}, {tr['steps']} steps, {tr['tokens_seen']:,} tokens, "
         f"{tr['train_seconds'] / 60:.1f} min on {info['environment']['threads']} CPU thread(s) "
         f"(torch {info['environment']['torch']}); deterministic for a given seed on CPU",
         f"- final training LM loss (mean of last logging window): {tr['final_lm_loss']}",
         "",
-        "| step | seq len | LM loss | needle answer token acc |",
-        "|---|---|---|---|",
+        "| step | seq len | LM loss | needle answer token acc | loss on repeated spans |",
+        "|---|---|---|---|---|",
     ]
     shown = curve[:: max(1, len(curve) // 12)]
     if curve and shown[-1] is not curve[-1]:
         shown.append(curve[-1])
-    lines += [f"| {c['step']} | {c['len']} | {c['lm_loss']:.3f} | {c['answer_acc']:.3f} |" for c in shown]
+    lines += [f"| {c['step']} | {c['len']} | {c['lm_loss']:.3f} | {c['answer_acc']:.3f} | "
+              f"{c.get('copy_loss', float('nan')):.3f} |" for c in shown]
     lines += [
         "",
         "## Measured metrics",

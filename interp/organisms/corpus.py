@@ -121,6 +121,16 @@ def heldout_seed(i: int) -> int:
     return seed
 
 
+_COUNT_WORDS = (
+    "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+    "twelve", "twenty", "thirty", "forty", "fifty", "many", "several", "a few", "a dozen",
+)
+
+
+def _count_word(r: random.Random) -> str:
+    return r.choice(_COUNT_WORDS)
+
+
 def _plural(word: str) -> str:
     return word + ("es" if word.endswith(("s", "x", "ch", "sh")) else "s")
 
@@ -138,7 +148,7 @@ def make_sentence(rng: RngLike) -> str:
     tpl = r.choice(_FILLER_TEMPLATES)
     text = tpl.format(
         N=N, N2=N2, n=n, n2=n2, ns=_plural(n), n2s=_plural(n2), a=a, a2=a2, V=r.choice(VERBS), T=r.choice(TIMES),
-        P=r.choice(PLACES), D=r.choice(DAYS), k=r.randint(2, 99),
+        P=r.choice(PLACES), D=r.choice(DAYS), k=_count_word(r),
         an=f"{_article(a)} {a}", An=f"{_article(a).capitalize()} {a}",
     )
     return " " + text
@@ -312,7 +322,7 @@ def needle_doc(r: random.Random, budget: int, count: Callable[[str], int]) -> Li
     Some documents go on to ask about (some of) the distractors too, each
     question followed by its answer.
     """
-    n_distractors = r.choice((0, 1, 1, 2, 3))
+    n_distractors = r.choice((0, 0, 1, 1, 2, 3))
     distractors = []
     for _ in range(n_distractors):
         distractors.append(make_needle_full(r, [d.key for d in distractors]))
@@ -335,21 +345,37 @@ def _word_salad(r: random.Random, n: int) -> str:
     words = []
     for _ in range(n):
         u = r.random()
-        if u < 0.1:
+        if u < 0.03:
             words.append(str(r.randint(0, 9999)))
-        elif u < 0.15:
+        elif u < 0.08:
             words.append(r.choice(",.;:!?"))
         else:
             words.append(r.choice(r.choice(pools)))
     return "".join(w if w in ",.;:!?" else " " + w for w in words)
 
 
-def induction_doc(r: random.Random, budget: int, count: Callable[[str], int]) -> List[Piece]:
+def salad_doc(r: random.Random, budget: int, count: Callable[[str], int]) -> List[Piece]:
+    """(b) a word-salad passage repeated verbatim 2-4 times (pure in-context copying)."""
+    reps = r.choice((2, 2, 3, 4))
+    n = max(2, int(budget / reps / 1.3))
+    passage = _word_salad(r, n)
+    while count(passage) * reps > budget and n > 2:
+        n = int(n * 0.85)
+        passage = _word_salad(r, n)
+    if count(passage) * reps > budget:
+        return filler_doc(r, budget, count)
+    return [(passage, "text")] + [(passage, "copy")] * (reps - 1)
+
+
+def induction_doc(r: random.Random, budget: int, count: Callable[[str], int],
+                  salad: Optional[bool] = None) -> List[Piece]:
     """(b) a passage (prose or word salad), an optional gap, then the passage verbatim."""
     gap = make_sentences(r, r.choice((0, 0, 1, 3))) if budget > 64 else []
     gap_len = sum(count(s) for s in gap)
     half = max(4, (budget - gap_len) // 2)
-    if r.random() < 0.5:
+    if salad is None:
+        salad = r.random() < 0.5
+    if not salad:
         sents = _haystack_sentences(None, r, half, count)
         if not sents:
             return filler_doc(r, budget, count)
@@ -403,6 +429,7 @@ def filler_doc(r: random.Random, budget: int, count: Callable[[str], int]) -> Li
 DOC_BUILDERS = {
     "needle": needle_doc,
     "induction": induction_doc,
+    "salad": salad_doc,
     "list": list_doc,
     "filler": filler_doc,
 }

@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 import torch
 import torch.nn.functional as F
 
-from .batches import ANSWER_WEIGHT, DEFAULT_MIX, Packer
+from .batches import ANSWER_WEIGHT, DEFAULT_MIX, WARM_MIX, Packer
 from .tokenizer import BOS, EOS, PAD, build_tokenizer, load_tokenizer, save_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -38,18 +38,21 @@ class OrganismConfig:
     kv_heads: int = 8
     head_dim: int = 32
     intermediate: int = 512
+    init_std: float = 0.05
     rope_theta: float = 1e4
     max_positions: int = 2048
     # curriculum: (sequence length, optimisation steps) in order
     curriculum: List[Tuple[int, int]] = field(default_factory=lambda: [(128, 10)])
-    tokens_per_step: int = 6144
-    lr: float = 2e-3
+    tokens_per_step: int = 4096
+    lr: float = 4e-3
     min_lr_frac: float = 0.1
-    warmup: int = 100
+    warmup: int = 50
     weight_decay: float = 0.05
     grad_clip: float = 1.0
     seed: int = 0
     mix: Dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
+    warm_steps: int = 300
+    warm_mix: Dict[str, float] = field(default_factory=lambda: dict(WARM_MIX))
     answer_weight: float = ANSWER_WEIGHT
 
     @property
@@ -61,7 +64,7 @@ class OrganismConfig:
         return max(length for length, _ in self.curriculum)
 
 
-CURRICULUM = [(128, 300), (256, 300), (512, 350), (1024, 400)]
+CURRICULUM = [(64, 300), (128, 500), (256, 400), (512, 300), (1024, 300)]
 
 ORGANISMS: Dict[str, OrganismConfig] = {
     "tiny-qwen2": OrganismConfig(
@@ -94,7 +97,7 @@ def get_config(name_or_cfg: Union[str, OrganismConfig, dict]) -> OrganismConfig:
 def hf_config(cfg: OrganismConfig, vocab_size: int, bos: int, eos: int, pad: int):
     """The transformers config for an organism."""
     common = dict(vocab_size=vocab_size, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad,
-                  tie_word_embeddings=True)
+                  tie_word_embeddings=True, initializer_range=cfg.init_std)
     if cfg.arch == "qwen2":
         from transformers import Qwen2Config
 
@@ -202,12 +205,14 @@ def train(
     n_params = sum(p.numel() for p in model.parameters())
     opt = _optimizer(model, cfg)
     packer = Packer(tok, cfg.mix, cfg.answer_weight)
+    warm_packer = Packer(tok, cfg.warm_mix, cfg.answer_weight)
     schedule = _schedule(cfg, steps)
     log(f"[{cfg.name}] {n_params:,} params, {len(schedule)} steps, curriculum {cfg.curriculum}")
     curve, t0, tokens, window = [], time.time(), 0, []
     for step, length in enumerate(schedule):
         bsz = max(1, cfg.tokens_per_step // length)
-        x, y, w, amask, cmask = packer.batch(cfg.seed, step, length, bsz)
+        pk = warm_packer if step < cfg.warm_steps else packer
+        x, y, w, amask, cmask = pk.batch(cfg.seed, step, length, bsz)
         for g in opt.param_groups:
             g["lr"] = _lr_at(cfg, step)
         logits = model(input_ids=x).logits

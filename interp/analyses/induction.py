@@ -1,0 +1,322 @@
+"""Induction, previous-token and duplicate-token heads on repeated random tokens (Olsson et al.).
+
+Attention scores. For a sequence and a detection pattern D (TransformerLens's head-detector
+patterns, built from the token ids: previous token D[i, i-1]; duplicate D[i, j] = t_j == t_i, j < i;
+induction D[i, j] = t_{j-1} == t_i, j <= i), a head's mass at query i is sum_j A[i, j] D[i, j].
+* `scores[name]`: mean mass over the queries where D has an entry (second-copy tokens for
+  induction and duplicate, every token after the first for previous-token), in [0, 1]: 1 is a
+  perfect head.
+* `tl_scores[name]`: TransformerLens's `detect_head(..., error_measure="mul")`: the summed mass over
+  ALL queries divided by the summed attention (the number of queries). On [BOS] R R with distinct
+  tokens, tl = scores * L / (2L + 1) for induction/duplicate and scores * (n - 1) / n for
+  previous-token. Per-sequence values are averaged over sequences, as TL does for a list.
+Attention rows are recomputed layer by layer from the model's own q and k (no eager attention).
+
+OV copying (circuits.py): `copying` (eigenvalue score of the OV circuit on a token sample) and
+`copy_top_k` (fraction of tokens whose own logit is among the k highest the head writes).
+An induction head is a head whose induction score exceeds `threshold` AND whose copying score
+exceeds `min_copying` (default 0): the attention pattern alone does not make one, since
+copy-suppression and anti-induction heads attend to the same keys and write the opposite.
+
+Losses. Per-token next-token loss; early = targets in the first copy, late = second copy, both
+without the copy's first token (which is not predictable). `icl_score` = late - early (negative
+when the model learns in context). Causal check: the same sequences with the induction heads
+ablated, and with `draws` sets of matched random heads (same count per layer), paired per sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from ..errors import InvalidInputError
+from ..interventions import ABLATION_MODES, AblateHeads, Intervention
+from ..rows import compute_rows
+from ..tasks.repeated import RepeatedBatch, RepeatedConfig, bos_id, build_repeated_batches, token_pool
+from ..types import HeadId, as_heads
+
+PATTERNS = ("prev_token", "duplicate", "induction")
+
+
+def detection_patterns(ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """TransformerLens's head-detector patterns for token ids [b, s]: {name: bool [b, s, s]}."""
+    b, s = ids.shape
+    causal = torch.ones(s, s, dtype=torch.bool, device=ids.device).tril(-1)  # j < i
+    dup = (ids[:, :, None] == ids[:, None, :]) & causal
+    ind = torch.zeros_like(dup)
+    ind[:, :, 1:] = dup[:, :, :-1]  # key j holds the token after an earlier occurrence of t_i
+    prev = torch.zeros_like(dup)
+    idx = torch.arange(1, s, device=ids.device)
+    prev[:, idx, idx - 1] = True
+    return {"prev_token": prev, "duplicate": dup, "induction": ind}
+
+
+def pattern_scores(rows: torch.Tensor, pattern: torch.Tensor, exclude_bos: bool = False,
+                   exclude_current: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scores, tl_scores) per sequence and head from rows [b, H, s, s] and a pattern [b, s, s].
+
+    scores: mean over queries that have a pattern entry of the mass on pattern keys (0 where none).
+    tl_scores: TransformerLens's "mul" score: sum(A' * D) / sum(A'), with A' the rows after zeroing
+    key 0 (exclude_bos) and/or the diagonal (exclude_current), as its `detect_head` computes.
+    """
+    a = rows.float()
+    if exclude_bos or exclude_current:
+        a = a.clone()
+        if exclude_bos:
+            a[..., 0] = 0.0
+        if exclude_current:
+            a = a * (1 - torch.eye(a.shape[-1], device=a.device))
+    d = pattern[:, None].float()
+    mass = (a * d).sum(-1)  # [b, H, s]
+    has = pattern.any(-1)[:, None].float()  # [b, 1, s]
+    scores = (mass * has).sum(-1) / has.sum(-1).clamp(min=1)
+    tl = mass.sum(-1) / a.sum((-1, -2)).clamp(min=1e-30)
+    return scores, tl
+
+
+class PatternRecorder(Intervention):
+    """Observes every layer's full attention (recomputed from q, k) and keeps per-head pattern scores."""
+
+    observes_qk = True
+
+    def __init__(self):
+        super().__init__(None)
+        self.scores: dict[str, list[torch.Tensor]] = {n: [] for n in PATTERNS}
+        self.tl: dict[str, list[torch.Tensor]] = {n: [] for n in PATTERNS}
+
+    def begin(self, ids: torch.Tensor):
+        self._patterns = detection_patterns(ids)
+        self._cur: dict[str, dict[int, tuple]] = {n: {} for n in PATTERNS}
+
+    def observe_qk(self, call, q, k, v):
+        b, _, s, _ = q.shape
+        pos = torch.arange(s, device=q.device).expand(b, s)
+        rows = compute_rows(call, q, k, pos)  # [b, H, s, s]
+        for name, pat in self._patterns.items():
+            self._cur[name][call.layer] = pattern_scores(rows, pat.to(rows.device))
+
+    def end(self):
+        for name in PATTERNS:
+            layers = self._cur[name]
+            self.scores[name].append(torch.stack([layers[l][0] for l in sorted(layers)], 1).cpu())  # [b, L, H]
+            self.tl[name].append(torch.stack([layers[l][1] for l in sorted(layers)], 1).cpu())
+
+    def result(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Per-sequence [n, L, H] arrays for every pattern: (scores, tl_scores)."""
+        return ({n: torch.cat(v).numpy() for n, v in self.scores.items()},
+                {n: torch.cat(v).numpy() for n, v in self.tl.items()})
+
+
+@dataclass
+class InductionConfig:
+    repeated: RepeatedConfig = field(default_factory=RepeatedConfig)
+    tokens: str | tuple[int, ...] = "vocab"  # pool of the random tokens: "vocab", "corpus" or ids
+    bos_id: int | None = None  # default: the tokenizer's BOS
+    threshold: float = 0.4  # induction score above which a head is an induction head ...
+    min_copying: float | None = 0.0  # ... if its OV copying score is also above this (None: attention only)
+    prev_threshold: float = 0.4
+    max_heads: int | None = None  # keep at most this many induction heads (highest scores)
+    heads: tuple | None = None  # ablate these heads instead of the detected ones
+    mode: str = "zero"  # ablation: zero | mean | uniform
+    draws: int = 5
+    seed: int = 0
+    batch_size: int = 8
+    copy_tokens: int | None = 2048  # token sample for the OV copying scores (None: whole vocabulary)
+    copy_k: int = 5
+    embedding: str = "layer0"
+    n_boot: int = 10000
+    n_perm: int = 10000
+
+    def __post_init__(self):
+        if self.mode not in ABLATION_MODES:
+            raise InvalidInputError(f"unknown ablation mode {self.mode!r}; valid: {', '.join(ABLATION_MODES)}")
+        if self.draws < 0:
+            raise InvalidInputError("draws must be >= 0")
+        if self.batch_size < 1:
+            raise InvalidInputError("batch_size must be >= 1")
+
+
+@dataclass
+class InductionResult:
+    model: str
+    scores: dict  # name -> [layer][head]: induction, prev_token, duplicate, copying, copy_top_k
+    tl_scores: dict  # TransformerLens-convention pattern scores, [layer][head]
+    induction_heads: list[str]
+    prev_token_heads: list[str]
+    threshold: float
+    ranked: list[dict]  # every head, by induction score
+    losses: list[dict]  # per copy length: early / late loss and ICL score (clean)
+    causal: dict | None  # conditions with CIs; None when no heads to ablate
+    n_seqs: int
+    config: dict
+    provenance: dict
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _nll(model, ids: torch.Tensor, batch_size: int, interventions=(), recorder: PatternRecorder | None = None):
+    """Per-token next-token loss [n, s - 1] (float32, cpu); feeds the recorder batch by batch."""
+    out = []
+    for start in range(0, ids.shape[0], batch_size):
+        x = ids[start:start + batch_size].to(model.device)
+        ivs = list(interventions)
+        if recorder is not None:
+            recorder.begin(x)
+            ivs.append(recorder)
+        with model.intervene(*ivs):
+            logits = model.forward(x)
+        if recorder is not None:
+            recorder.end()
+        lp = torch.log_softmax(logits[:, :-1].float(), -1)
+        out.append(-lp.gather(-1, x[:, 1:, None])[..., 0].cpu())
+    return torch.cat(out)
+
+
+def _copy_losses(nll: torch.Tensor, batch: RepeatedBatch) -> tuple[np.ndarray, np.ndarray]:
+    """(early, late) per sequence: mean loss on copy-1 and copy-2 targets, each without its first token."""
+    f0, f1 = batch.copy_span(0)
+    s0, s1 = batch.copy_span(1)
+    # nll[:, p - 1] is the loss of predicting the token at position p
+    early = nll[:, f0:f1 - 1].mean(1)  # targets f0+1 .. f1-1
+    late = nll[:, s0:s1 - 1].mean(1)  # targets s0+1 .. s1-1
+    return early.numpy().astype(float), late.numpy().astype(float)
+
+
+def detect_induction_heads(model, config: InductionConfig | None = None, progress=None) -> InductionResult:
+    """Scores every query head, finds induction heads and checks them causally (see module docstring)."""
+    from ..provenance import provenance
+    from .circuits import ov_scores, token_sample
+
+    config = config or InductionConfig()
+    spec = model.spec
+    if config.heads:
+        AblateHeads(config.heads).bind(model)  # heads outside the model: InvalidInputError before any work
+    pool = token_pool(model, config.tokens)
+    bos = config.bos_id if config.bos_id is not None else bos_id(model)
+    batches = build_repeated_batches(pool, config.repeated, bos)
+    rec = PatternRecorder()
+    rec.bind(model)
+    early, late, losses = [], [], []
+    for b in batches:
+        e, l_ = _copy_losses(_nll(model, b.ids, config.batch_size, recorder=rec), b)
+        early.append(e)
+        late.append(l_)
+        losses.append({"length": b.length, "early_loss": float(e.mean()), "late_loss": float(l_.mean()),
+                       "icl_score": float((l_ - e).mean()), "n_seqs": int(len(e))})
+        if progress:
+            progress(1)
+    early, late = np.concatenate(early), np.concatenate(late)
+    per_seq, per_seq_tl = rec.result()
+    scores = {n: per_seq[n].mean(0) for n in PATTERNS}
+    tl_scores = {n: per_seq_tl[n].mean(0).round(6).tolist() for n in PATTERNS}
+
+    special = set(getattr(model.tokenizer, "all_special_ids", None) or []) if model.tokenizer is not None else set()
+    if bos is not None:
+        special.add(bos)
+    toks = token_sample(model, config.copy_tokens, config.seed, exclude=special)
+    ov = ov_scores(model, toks, config.embedding, config.copy_k, batch_size=max(64, config.batch_size))
+    scores["copying"] = np.array(ov["copying"])
+    scores["copy_top_k"] = np.array(ov["copy_top_k"])
+    if progress:
+        progress(1)
+
+    ind = scores["induction"]
+    ok = ind > config.threshold
+    if config.min_copying is not None:
+        ok &= scores["copying"] > config.min_copying
+    found = sorted(((ind[l, h], l, h) for l, h in zip(*np.nonzero(ok))), reverse=True)
+    if config.max_heads is not None:
+        found = found[:config.max_heads]
+    ind_heads = [HeadId(int(l), int(h)) for _, l, h in found]
+    prev = scores["prev_token"]
+    prev_heads = [f"L{l}H{h}" for _, l, h in
+                  sorted(((prev[l, h], l, h) for l, h in zip(*np.nonzero(prev > config.prev_threshold))), reverse=True)]
+    ranked = sorted(({"head": f"L{l}H{h}", **{n: round(float(scores[n][l, h]), 6) for n in scores}}
+                     for l in range(spec.n_layers) for h in range(spec.n_heads)),
+                    key=lambda r: -r["induction"])
+
+    target = as_heads(config.heads) if config.heads else tuple(ind_heads)
+    source = "explicit" if config.heads else (
+        f"detected (induction score > {config.threshold}" +
+        ("" if config.min_copying is None else f", OV copying score > {config.min_copying}") + ")")
+    causal = None
+    if target:
+        causal = _causal_check(model, batches, target, source, early, late, config, pool, bos, progress)
+    cfg = asdict(config)
+    cfg["heads"] = None if config.heads is None else [str(h) for h in as_heads(config.heads)]
+    cfg["n_token_pool"] = len(pool)
+    cfg["bos_id"] = bos
+    return InductionResult(
+        model=model.name, scores={n: np.asarray(v).round(6).tolist() for n, v in scores.items()},
+        tl_scores=tl_scores, induction_heads=[str(h) for h in ind_heads], prev_token_heads=prev_heads,
+        threshold=config.threshold, ranked=ranked, losses=losses, causal=causal, n_seqs=int(len(early)),
+        config=cfg, provenance=provenance(model))
+
+
+def _reference_means(model, config: InductionConfig, pool, bos):
+    """Mean head outputs over repeated sequences of seeds disjoint from the evaluated ones."""
+    from ..capture import head_output_means
+
+    ref_cfg = RepeatedConfig(lengths=config.repeated.lengths, n_seqs=max(2, config.repeated.n_seqs // 2),
+                             seed=config.repeated.seed + 100_000, repeats=config.repeated.repeats,
+                             distinct=config.repeated.distinct, bos=config.repeated.bos)
+    ref = build_repeated_batches(pool, ref_cfg, bos)
+    means = [head_output_means(model, b.ids.to(model.device), batch_size=config.batch_size) * b.ids.numel()
+             for b in ref]
+    return sum(means) / sum(b.ids.numel() for b in ref), ref_cfg.seed
+
+
+def _causal_check(model, batches, target, source, early0, late0, config, pool, bos, progress) -> dict:
+    from .. import stats
+
+    spec = model.spec
+    means, note = None, {}
+    if config.mode == "mean":
+        means, ref_seed = _reference_means(model, config, pool, bos)
+        note = {"mean_reference": f"mean head outputs over repeated sequences of seed {ref_seed} (disjoint)"}
+    draws = stats.matched_random_heads([(h.layer, h.head) for h in target], spec.n_layers, spec.n_heads,
+                                       n_draws=config.draws, seed=config.seed)
+    plan = [("target", tuple(target))] + [(f"random-{i + 1}", tuple(HeadId(l, h) for l, h in d))
+                                         for i, d in enumerate(draws.draws)]
+    kw = dict(n_boot=config.n_boot, seed=config.seed)
+
+    def condition(name, heads, early, late, vs_base=True):
+        d = {"name": name, "heads": [str(h) for h in heads],
+             "late_loss": stats.mean_ci(late, **kw).to_dict(),
+             "icl_score": stats.mean_ci(late - early, **kw).to_dict()}
+        if vs_base:
+            d["late_loss_vs_baseline"] = stats.paired_diff(late, late0, n_perm=config.n_perm, **kw).to_dict()
+            d["icl_vs_baseline"] = stats.paired_diff(late - early, late0 - early0, n_perm=config.n_perm,
+                                                     **kw).to_dict()
+        return d
+
+    conditions = [condition("baseline", (), early0, late0, vs_base=False)]
+    per_cond = {}
+    for name, heads in plan:
+        iv = AblateHeads(heads, mode=config.mode, means=means)
+        e, l_ = [], []
+        for b in batches:
+            ee, ll = _copy_losses(_nll(model, b.ids, config.batch_size, interventions=(iv,)), b)
+            e.append(ee)
+            l_.append(ll)
+        per_cond[name] = (np.concatenate(e), np.concatenate(l_))
+        conditions.append(condition(name, heads, *per_cond[name]))
+        if progress:
+            progress(1)
+    pooled = None
+    target_vs_random = None
+    rnd = [n for n, _ in plan if n.startswith("random-")]
+    if rnd:
+        pe = np.mean([per_cond[n][0] for n in rnd], axis=0)
+        pl = np.mean([per_cond[n][1] for n in rnd], axis=0)
+        pooled = condition(f"random (mean of {len(rnd)} draws)", (), pe, pl)
+        target_vs_random = stats.paired_diff(per_cond["target"][1], pl, n_perm=config.n_perm, **kw).to_dict()
+    iv = AblateHeads(target, mode=config.mode).describe()
+    iv.update(note)
+    return {"heads": [str(h) for h in target], "heads_source": source, "mode": config.mode, "intervention": iv,
+            "metric": "late_loss: mean next-token loss on the second copy (nats), per sequence",
+            "conditions": conditions, "random_pooled": pooled, "target_vs_random_late_loss": target_vs_random,
+            "shortfall_by_layer": {str(k): v for k, v in draws.shortfall_by_layer.items()}}

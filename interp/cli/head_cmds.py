@@ -1,0 +1,169 @@
+"""`interp detect induction` and `interp detect copy-suppression` (commands of `detect_app`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from ..errors import InvalidInputError
+from .common import out_dir, parse_ints, progress_bar, write_json
+from .retrieval_cmds import BATCH, DEVICE, DTYPE, JSON, MODEL, OUT, _model, detect_app
+
+SEED = typer.Option(0, "--seed", help="Seed of the random tokens / texts, token samples, control draws, bootstrap.")
+MODE = typer.Option("zero", "--mode", help="Ablation: zero | mean | uniform.")
+HEADS = typer.Option(None, "--heads", help="Heads to ablate instead of the detected ones, e.g. L1H3,L2H0.")
+EMBEDDING = typer.Option("layer0", "--embedding", help="Effective embedding for OV/QK circuits: layer0 | embed.")
+N_BOOT = typer.Option(10000, "--n-boot", help="Bootstrap resamples for the CIs.")
+
+
+def _heads(text):
+    from ..types import as_heads
+
+    return None if not text else tuple(as_heads(text))
+
+
+def _run(model, device, dtype, out, command: str, steps: int, analyse, figures, printer, as_json: bool) -> None:
+    """Load, run `analyse(model, advance)` under a progress bar, write <command>.json + figures, report."""
+    from ..plotting import write_html
+
+    m = _model(model, device, dtype)
+    o = out_dir(out, command, m.name)
+    prog, advance = progress_bar(steps, command)
+    with prog:
+        d = analyse(m, advance).to_dict()
+    write_json(d, o / f"{command.replace('-', '_')}.json")
+    for stem, fig in figures(d).items():
+        write_html(fig, o / f"{stem}.html")
+    if as_json:
+        typer.echo(json.dumps(d))
+    else:
+        printer(d, o)
+
+
+def _fmt(v, spec=".3f"):
+    return "-" if v is None else format(v, spec)
+
+
+@detect_app.command("induction")
+def detect_induction(model: Optional[str] = MODEL,
+                     lengths: str = typer.Option("50", "--lengths", help="Tokens per copy, comma-separated."),
+                     seqs: int = typer.Option(32, "--seqs", help="Repeated sequences per length."),
+                     tokens: str = typer.Option("vocab", "--tokens", help="Random-token pool: vocab (all but special "
+                                                "tokens) | corpus (ids seen in held-out corpus text)."),
+                     threshold: float = typer.Option(0.4, "--threshold", help="Induction score of an induction head."),
+                     min_copying: float = typer.Option(0.0, "--min-copying", help="... and OV copying score above this."),
+                     max_heads: Optional[int] = typer.Option(None, "--max-heads", help="At most this many heads."),
+                     heads: Optional[str] = HEADS, mode: str = MODE,
+                     draws: int = typer.Option(5, "--draws", help="Matched random-head draws."),
+                     copy_tokens: int = typer.Option(2048, "--copy-tokens", help="Token sample for OV copying."),
+                     embedding: str = EMBEDDING, seed: int = SEED, n_boot: int = N_BOOT, batch_size: int = BATCH,
+                     device: Optional[str] = DEVICE, dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
+                     as_json: bool = JSON):
+    """Induction, previous-token and duplicate-token scores on repeated random tokens; OV copying; ablation of
+    the induction heads vs matched random heads (second-copy loss, ICL score, paired CIs)."""
+    from ..analyses.induction import InductionConfig, detect_induction_heads
+    from ..plotting_heads import induction_figures
+    from ..tasks.repeated import RepeatedConfig
+
+    if tokens not in ("vocab", "corpus"):
+        raise InvalidInputError(f"--tokens {tokens!r}: valid are vocab, corpus")
+    cfg = InductionConfig(repeated=RepeatedConfig(lengths=parse_ints(lengths, "--lengths"), n_seqs=seqs, seed=seed),
+                          tokens=tokens, threshold=threshold, min_copying=min_copying, max_heads=max_heads,
+                          heads=_heads(heads), mode=mode, draws=draws, seed=seed, batch_size=batch_size,
+                          copy_tokens=copy_tokens, embedding=embedding, n_boot=n_boot, n_perm=n_boot)
+    _run(model, device, dtype, out, "induction", len(cfg.repeated.lengths) + 2 + draws,
+         lambda m, advance: detect_induction_heads(m, cfg, progress=advance), induction_figures, _print_induction,
+         as_json)
+
+
+def _print_induction(d: dict, out) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    c = Console(stderr=True)
+    t = Table(title=f"{d['model']}: heads by induction score ({d['n_seqs']} repeated sequences)")
+    for col in ("head", "induction", "prev_token", "duplicate", "copying", f"copy_top_{d['config']['copy_k']}"):
+        t.add_column(col, justify="right")
+    for r in d["ranked"][:12]:
+        t.add_row(r["head"], *(_fmt(r[k]) for k in ("induction", "prev_token", "duplicate", "copying", "copy_top_k")))
+    c.print(t)
+    for ls in d["losses"]:
+        c.print(f"length {ls['length']}: first-copy loss {ls['early_loss']:.3f}, second-copy {ls['late_loss']:.3f}, "
+                f"ICL score {ls['icl_score']:+.3f} nats")
+    c.print(f"induction heads: {', '.join(d['induction_heads']) or 'none'}; previous-token heads: "
+            f"{', '.join(d['prev_token_heads']) or 'none'}")
+    cz = d["causal"]
+    if cz:
+        t = Table(title=f"{cz['mode']} ablation of {', '.join(cz['heads'])} ({cz['heads_source']})")
+        for col in ("condition", "second-copy loss [95% CI]", "diff vs baseline [95% CI]", "ICL score"):
+            t.add_column(col)
+        for cond in cz["conditions"] + ([cz["random_pooled"]] if cz["random_pooled"] else []):
+            ll, v = cond["late_loss"], cond.get("late_loss_vs_baseline")
+            t.add_row(cond["name"], f"{ll['mean']:.3f} [{ll['lo']:.3f}, {ll['hi']:.3f}]",
+                      "-" if v is None else f"{v['diff']:+.3f} [{v['diff_lo']:+.3f}, {v['diff_hi']:+.3f}]",
+                      f"{cond['icl_score']['mean']:+.3f}")
+        c.print(t)
+    c.print(f"written to {out}/")
+
+
+@detect_app.command("copy-suppression")
+def detect_copy_suppression_cmd(model: Optional[str] = MODEL,
+                                texts: Optional[str] = typer.Option(None, "--texts", help="Plain-text file, documents "
+                                                                    "separated by blank lines (default: held-out "
+                                                                    "corpus documents)."),
+                                n_texts: int = typer.Option(64, "--n-texts", help="Documents to use."),
+                                seq_len: int = typer.Option(128, "--seq-len", help="Tokens per document window."),
+                                tokens: int = typer.Option(2048, "--tokens", help="Token sample for OV/QK circuits."),
+                                k: int = typer.Option(10, "--k", help="Top/bottom-k for the OV and QK circuit scores."),
+                                min_attention: float = typer.Option(0.2, "--min-attention", help="Top non-sink key "
+                                                                    "weight at which a position counts as attended."),
+                                heads: Optional[str] = typer.Option(None, "--heads", help="Heads to ablate (default: "
+                                                                    "the best candidates by OV suppression)."),
+                                candidates: int = typer.Option(3, "--candidates", help="Candidates to ablate."),
+                                mode: str = MODE, embedding: str = EMBEDDING, seed: int = SEED, n_boot: int = N_BOOT,
+                                batch_size: int = BATCH, device: Optional[str] = DEVICE,
+                                dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, as_json: bool = JSON):
+    """Copy-suppression heads: OV self-suppression, QK matching of predicted tokens, direct logit effect on attended
+    tokens, and ablation of the candidates (copied-token probability; direct vs total effect = self-repair)."""
+    from ..analyses.copy_suppression import CopySuppressionConfig, detect_copy_suppression
+    from ..plotting_heads import copy_suppression_figures
+    from ..tasks.text import read_documents
+
+    docs = tuple(read_documents(texts)) if texts else None
+    cfg = CopySuppressionConfig(n_texts=n_texts, seq_len=seq_len, texts=docs, seed=seed, batch_size=batch_size,
+                                tokens=tokens, k=k, embedding=embedding, min_attention=min_attention,
+                                heads=_heads(heads), n_candidates=candidates, mode=mode, n_boot=n_boot)
+    _run(model, device, dtype, out, "copy-suppression", 1 + n_texts,
+         lambda m, advance: detect_copy_suppression(m, cfg, progress=advance), copy_suppression_figures,
+         _print_copy_suppression, as_json)
+
+
+def _print_copy_suppression(d: dict, out) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    c = Console(stderr=True)
+    t = Table(title=f"{d['model']}: heads by OV self-suppression ({d['n_texts']} texts x {d['seq_len']} tokens)")
+    cols = ("ov_suppression", "ov_self_z", "qk_circuit", "qk_lift", "dla_attended")
+    t.add_column("head")
+    for col in cols:
+        t.add_column(col, justify="right")
+    for r in d["ranked"][:12]:
+        t.add_row(r["head"], *(_fmt(r[k]) for k in cols))
+    c.print(t)
+    if d["candidates"]:
+        t = Table(title=f"ablation of candidates ({d['config']['mode']}); copied token = token at the top key")
+        for col in ("head", "delta p(copied)", "direct", "total", "self-repair", "repair frac", "copy suppression?"):
+            t.add_column(col, justify="right")
+        for cand in d["candidates"]:
+            a = cand["ablation"]
+
+            def ci(e, fmt="+.3f"):
+                return "-" if e is None else f"{e['mean']:{fmt}} [{e['lo']:{fmt}}, {e['hi']:{fmt}}]"
+            t.add_row(cand["head"], ci(a["delta_prob"]), ci(a["direct"]), ci(a["total"]), ci(a["self_repair"]),
+                      _fmt(cand["self_repair_fraction"], ".2f"), "yes" if cand["is_copy_suppression"] else "no")
+        c.print(t)
+    c.print(d["summary"])
+    c.print(f"written to {out}/")

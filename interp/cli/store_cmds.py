@@ -1,0 +1,174 @@
+"""`interp cache` (activations to a memory-mapped store) and `interp probe` (positional vs semantic)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import InvalidInputError
+from .common import out_dir, parse_ints, progress_bar, write_json
+
+MODEL = typer.Option(None, "--model", "-m", help="Alias, checkpoint dir or Hub id with a tokenizer (default: the "
+                     "bundled default organism, else minilm-l6).")
+DATA = typer.Option(None, "--data", help="A .jsonl file (one object per line, text under --text-key), a text file "
+                    "(one text per non-empty line), or 'corpus' (default: interp's corpus generator, held-out seeds).")
+N_SEQ = typer.Option(None, "--n-sequences", "-n", help="Texts to use (corpus default 512; files: all).")
+MAX_LEN = typer.Option(128, "--max-length", help="Tokens per sequence (longer texts are truncated).")
+BATCH = typer.Option(16, "--batch-size", help="Sequences per forward pass.")
+DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:1, ... (default: cuda if available).")
+MODEL_DTYPE = typer.Option(None, "--model-dtype", help="float32, bfloat16, float16 (default: float32 on CPU).")
+JSON = typer.Option(False, "--json", help="Print the result JSON on stdout.")
+
+
+def _default_text_model() -> str:
+    """The bundled default organism if present, else MiniLM (tiny random models have no tokenizer)."""
+    from ..loading import DEFAULT_MODEL, bundled_models, minilm_path
+
+    if DEFAULT_MODEL in bundled_models():
+        return DEFAULT_MODEL
+    if minilm_path() is not None:
+        return "minilm-l6"
+    raise InvalidInputError(f"no default model with a tokenizer: the bundled {DEFAULT_MODEL} is not built and "
+                            f"minilm-l6 is not installed; pass --model")
+
+
+def _load(name: Optional[str], device, dtype):
+    from ..loading import load_model
+
+    return load_model(name or _default_text_model(), device=device, dtype=dtype)
+
+
+def _data(data: Optional[str], n: Optional[int], text_key: str, seed: int = 0):
+    from ..store import CorpusData, TextFile
+
+    if data in (None, "corpus"):
+        return CorpusData(n_sequences=n or 512, seed=seed)
+    return TextFile(data, key=text_key, limit=n)
+
+
+def _cache(model, data, out: Path, cfg, overwrite: bool):
+    from ..store import cache_activations
+
+    total = data.fingerprint()["n_sequences"]
+    prog, advance = progress_bar(total, f"caching {model.name}")
+    with prog:
+        return cache_activations(model, data, out, cfg, overwrite=overwrite, progress=advance)
+
+
+def cache(model: Optional[str] = MODEL,
+          sites: str = typer.Option("resid", "--sites", help="Comma-separated: resid (residual stream at every "
+                                    "depth), resid_pre, resid_post, attn_out, mlp_out, head_out, q, k, v, or sites "
+                                    "like L3.resid_pre, L2.head_out.H1."),
+          data: Optional[str] = DATA,
+          out: str = typer.Option(..., "--out", "-o", help="Store directory (created; an interrupted store there "
+                                  "is resumed)."),
+          layers: Optional[str] = typer.Option(None, "--layers", help="Restrict site groups to these layers."),
+          n_sequences: Optional[int] = N_SEQ, max_length: int = MAX_LEN, batch_size: int = BATCH,
+          shard_size: int = typer.Option(256, "--shard-size", help="Sequences per shard (the unit of resume)."),
+          dtype: str = typer.Option("float32", "--dtype", help="On-disk dtype: float32 or float16."),
+          text_key: str = typer.Option("text", "--text-key", help="Field holding the text in a .jsonl file."),
+          seed: int = typer.Option(0, "--seed", help="Corpus generator seed (0..899)."),
+          overwrite: bool = typer.Option(False, "--overwrite", help="Replace a store written with other settings."),
+          device: Optional[str] = DEVICE, model_dtype: Optional[str] = MODEL_DTYPE, as_json: bool = JSON):
+    """Run a model over a dataset and stream activations of many sites to a memory-mapped store on disk."""
+    from ..store import CacheConfig
+
+    cfg = CacheConfig(sites=tuple(s.strip() for s in sites.split(",") if s.strip()),
+                      layers=parse_ints(layers, "--layers") if layers else None, max_length=max_length,
+                      batch_size=batch_size, shard_sequences=shard_size, dtype=dtype)
+    d = _data(data, n_sequences, text_key, seed)
+    m = _load(model, device, model_dtype)
+    store = _cache(m, d, Path(out), cfg, overwrite)
+    summary = {"store": str(store.path), "model": m.name, "sites": store.sites, "n_tokens": store.n_tokens,
+               "n_sequences": store.n_sequences, "shards": len(store.shards), "complete": store.complete}
+    if as_json:
+        typer.echo(json.dumps(summary))
+    else:
+        from rich.console import Console
+
+        Console(stderr=True).print(f"[bold]{m.name}[/]: {store.n_tokens} tokens of {store.n_sequences} sequences, "
+                                   f"{len(store.sites)} sites, {len(store.shards)} shards -> {store.path}/")
+
+
+def probe(model: Optional[str] = MODEL,
+          store: Optional[str] = typer.Option(None, "--store", help="An existing store (default: cache the "
+                                              "residual stream over --data into OUT/store first)."),
+          data: Optional[str] = DATA, n_sequences: Optional[int] = N_SEQ, max_length: int = MAX_LEN,
+          batch_size: int = BATCH,
+          sites: Optional[str] = typer.Option(None, "--sites", help="Sites to probe (default: the residual stream "
+                                              "at every depth)."),
+          top_tokens: int = typer.Option(64, "--top-tokens", help="Classes of the token-identity probe."),
+          pos_dims: int = typer.Option(2, "--pos-dims", help="Dimensions of the positional subspace (PCs of pos[t])."),
+          heads: bool = typer.Option(True, "--heads/--no-heads", help="Classify heads (needs the model)."),
+          text_key: str = typer.Option("text", "--text-key", help="Field holding the text in a .jsonl file."),
+          seed: int = typer.Option(0, "--seed", help="Seed of the splits, shuffles and prompts."),
+          device: Optional[str] = DEVICE, model_dtype: Optional[str] = MODEL_DTYPE,
+          out: Optional[str] = typer.Option(None, "--out", "-o", help="Output directory (default: "
+                                            "runs/probe-<model>-<time>)."), as_json: bool = JSON):
+    """Positional vs semantic probes per layer, subspace angles, pos[t] decomposition and PCA, head classes."""
+    from ..probes import ProbeConfig, figures, probe_steps, run_probes
+    from ..probes.report import markdown
+    from ..store import CacheConfig, open_store
+
+    pcfg = ProbeConfig(sites=tuple(s.strip() for s in sites.split(",")) if sites else None, top_tokens=top_tokens,
+                       pos_dims=pos_dims, seed=seed, heads=heads)
+    ccfg = None
+    if store is not None:
+        if data is not None or n_sequences is not None:
+            raise InvalidInputError("--data/--n-sequences describe what to cache; with --store the store's data is used")
+        st = open_store(store)
+        m = _load(model or st.model.get("name"), device, model_dtype) if (model or heads) else None
+        if m is not None:
+            st.check_model(m)
+        o = out_dir(out, "probe", (m.name if m else st.model.get("name")) or "store")
+    else:
+        m = _load(model, device, model_dtype)
+        d = _data(data, n_sequences, text_key, seed)
+        ccfg = CacheConfig(sites=("resid",), max_length=max_length, batch_size=batch_size)
+        o = out_dir(out, "probe", m.name)
+        st = _cache(m, d, o / "store", ccfg, overwrite=False)
+    prog, advance = progress_bar(probe_steps(st, pcfg), "probes")
+    with prog:
+        res = run_probes(st, pcfg, model=m if heads else None, progress=advance)
+    r = res.to_dict()
+    write_json(r, o / "probes.json")
+    write_json({"probe": asdict(pcfg), "cache": asdict(ccfg) if ccfg else None, "store": str(st.path),
+                "model": m.name if m else st.model.get("name")}, o / "config.json")
+    figures.write_all(r, o)
+    (o / "report.md").write_text(markdown(r))
+    if as_json:
+        typer.echo(json.dumps(r))
+    else:
+        _print_probes(r, o)
+
+
+def _print_probes(r: dict, out: Path):
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{r['model']}: probes on {r['store']['n_tokens']} tokens "
+                    f"({r['store']['n_test_sequences']} held-out sequences)")
+    for col in ("site", "pos R² (shuf)", "category acc (shuf / maj)", "token acc (shuf / maj)",
+                "angle cat° (random)", "var pos/ctx/rest", "pos[t]: 2 PCs, smooth"):
+        t.add_column(col)
+    for l in r["layers"]:
+        p, c, k, a, dcm, pca = (l["position"], l["category"], l["token"], l["angles"]["category"], l["decomposition"],
+                                l["pos_pca"])
+        rnd = (a["encoding_random"] or {}).get("min_angle_median")
+        ev = pca.get("explained_variance_ratio") or [0, 0]
+        t.add_row(l["site"], f"{p['r2_test']:.3f} ({p['r2_shuffled']:.3f})",
+                  f"{c['acc_test']:.3f} ({c['acc_shuffled']:.3f} / {c['acc_majority']:.3f})",
+                  f"{k['acc_test']:.3f} ({k['acc_shuffled']:.3f} / {k['acc_majority']:.3f})",
+                  "-" if a["encoding_min_angle"] is None else f"{a['encoding_min_angle']:.1f} ({rnd:.1f})",
+                  f"{dcm['share_pos']:.2f}/{dcm['share_ctx']:.2f}/{dcm['share_rest']:.2f}",
+                  f"{sum(ev[:2]):.2f}, {pca.get('curve_smoothness') or float('nan'):.2f}")
+    c = Console(stderr=True)
+    c.print(t)
+    if r.get("heads"):
+        c.print("heads per layer (offset/sink/content/mixed): " + "  ".join(
+            f"L{x['layer']}:{x['offset']}/{x['sink']}/{x['content']}/{x['mixed']}" for x in r["heads"]["per_layer"]))
+    c.print(f"written to {out}/")

@@ -1,0 +1,108 @@
+"""Figures of the induction and copy-suppression analyses. Reads result dicts (as written to JSON)."""
+
+from __future__ import annotations
+
+import math
+
+
+def _go():
+    import plotly.graph_objects as go
+
+    return go
+
+
+def _grid(scores):
+    """[layer][head] with None -> NaN (plotly leaves those cells empty)."""
+    return [[math.nan if v is None else v for v in row] for row in scores]
+
+
+def score_heatmap(result: dict, name: str, title: str, marked=(), colorscale: str = "Viridis", zmid=None):
+    """Layer x head heatmap of result["scores"][name]; heads in `marked` get a dot."""
+    go = _go()
+    z = _grid(result["scores"][name])
+    marked = set(marked)
+    text = [[("●" if f"L{l}H{h}" in marked else "") for h in range(len(row))] for l, row in enumerate(z)]
+    fig = go.Figure(go.Heatmap(z=z, colorscale=colorscale, zmid=zmid, text=text, texttemplate="%{text}",
+                               colorbar={"title": name},
+                               hovertemplate="layer %{y} head %{x}: %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=f"{title}, {result['model']}", xaxis_title="query head", yaxis_title="layer")
+    return fig
+
+
+def _scatter(result: dict, x: str, y: str, title: str, marked=()):
+    go = _go()
+    xs, ys, labels, colors = [], [], [], []
+    for l, row in enumerate(result["scores"][x]):
+        for h, v in enumerate(row):
+            w = result["scores"][y][l][h]
+            if v is None or w is None:
+                continue
+            xs.append(v)
+            ys.append(w)
+            labels.append(f"L{l}H{h}")
+            colors.append("crimson" if f"L{l}H{h}" in set(marked) else "steelblue")
+    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="markers+text", text=labels, textposition="top center",
+                               marker={"color": colors, "size": 9},
+                               hovertemplate="%{text}: %{x:.3f}, %{y:.3f}<extra></extra>"))
+    fig.update_layout(title=f"{title}, {result['model']}", xaxis_title=x, yaxis_title=y)
+    return fig
+
+
+def _ci_bars(names, estimates, title, yaxis):
+    go = _go()
+    means = [e["mean"] for e in estimates]
+    hi = [e["hi"] - e["mean"] for e in estimates]
+    lo = [e["mean"] - e["lo"] for e in estimates]
+    fig = go.Figure(go.Bar(x=names, y=means, error_y={"type": "data", "array": hi, "arrayminus": lo}))
+    fig.update_layout(title=title, yaxis_title=yaxis)
+    return fig
+
+
+def induction_figures(result: dict) -> dict:
+    """{file stem: figure}: heatmaps per score, induction vs copying scatter, causal check bars."""
+    ind = result["induction_heads"]
+    figs = {
+        "induction_heatmap": score_heatmap(result, "induction", "Induction score (● induction heads)", ind),
+        "prev_token_heatmap": score_heatmap(result, "prev_token", "Previous-token score",
+                                            result["prev_token_heads"], "Cividis"),
+        "duplicate_heatmap": score_heatmap(result, "duplicate", "Duplicate-token score", (), "Cividis"),
+        "copying_heatmap": score_heatmap(result, "copying", "OV copying score (eigenvalues)", ind, "RdBu", 0.0),
+        "induction_vs_copying": _scatter(result, "induction", "copying", "Induction vs OV copying score", ind),
+    }
+    causal = result.get("causal")
+    if causal:
+        conds = list(causal["conditions"]) + ([causal["random_pooled"]] if causal.get("random_pooled") else [])
+        figs["ablation_late_loss"] = _ci_bars(
+            [c["name"] for c in conds], [c["late_loss"] for c in conds],
+            f"Second-copy loss by condition, {result['model']} ({causal['mode']} ablation; 95% bootstrap CI)",
+            "loss (nats)")
+    return figs
+
+
+def copy_suppression_figures(result: dict) -> dict:
+    found = result["copy_suppression_heads"]
+    cands = [c["head"] for c in result["candidates"]]
+    figs = {
+        "ov_suppression_heatmap": score_heatmap(result, "ov_suppression", "OV self-suppression (● candidates)",
+                                                cands),
+        "qk_lift_heatmap": score_heatmap(result, "qk_lift", "Attention to earlier copies of the predicted token "
+                                         "(lift over uniform)", found, "Cividis"),
+        "dla_attended_heatmap": score_heatmap(result, "dla_attended", "Direct logit effect on the attended token",
+                                              found, "RdBu", 0.0),
+        "ov_vs_dla": _scatter(result, "ov_suppression", "dla_attended", "OV self-suppression vs direct effect on "
+                              "attended tokens", found),
+    }
+    rows = [(c["head"], k, c["ablation"][k]) for c in result["candidates"] for k in ("direct", "total", "self_repair")
+            if c["ablation"].get(k)]
+    if rows:
+        go = _go()
+        fig = go.Figure()
+        for k in ("direct", "total", "self_repair"):
+            sel = [(h, e) for h, kk, e in rows if kk == k]
+            fig.add_trace(go.Bar(name=k, x=[h for h, _ in sel], y=[e["mean"] for _, e in sel],
+                                 error_y={"type": "data", "array": [e["hi"] - e["mean"] for _, e in sel],
+                                          "arrayminus": [e["mean"] - e["lo"] for _, e in sel]}))
+        fig.update_layout(barmode="group", yaxis_title="centred logit of the copied token (nats)",
+                          title=f"Ablating candidate heads: direct vs total effect, {result['model']}")
+        figs["self_repair"] = fig
+    return figs

@@ -1,0 +1,243 @@
+"""Run a model over a text dataset in batches and stream the activations of many sites to a store."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from ..types import SITE_KINDS, Site
+from .data import as_data
+from .format import STORE_DTYPES
+from .reader import ActivationStore
+from .writer import StoreWriter
+
+SITE_GROUPS = ("resid", "resid_pre", "resid_post", "attn_out", "mlp_out", "head_out", "q", "k", "v")
+META = ("tokens", "positions", "seq", "special", "category")
+
+
+@dataclass
+class CacheConfig:
+    """What to cache. `sites`: group names (resid = the residual stream at every depth: each layer's
+    resid_pre plus the last layer's resid_post; resid_pre, resid_post, attn_out, mlp_out, head_out, q,
+    k, v = that kind at every layer) or explicit sites ('L3.resid_pre', 'L2.head_out.H1'). `layers`
+    restricts the groups to those layers. `dtype` is the on-disk dtype."""
+
+    sites: tuple[str, ...] = ("resid",)
+    layers: tuple[int, ...] | None = None
+    max_length: int = 128
+    batch_size: int = 16
+    shard_sequences: int = 256
+    dtype: str = "float32"
+    add_special_tokens: bool = True
+
+    def __post_init__(self):
+        if isinstance(self.sites, str):
+            self.sites = tuple(s.strip() for s in self.sites.split(",") if s.strip())
+        if not self.sites:
+            raise InvalidInputError("no sites given; e.g. resid or resid,attn_out or L3.resid_pre")
+        if self.dtype not in STORE_DTYPES:
+            raise InvalidInputError(f"store dtype {self.dtype!r}; valid: {', '.join(STORE_DTYPES)}")
+        for k in ("max_length", "batch_size", "shard_sequences"):
+            if getattr(self, k) < 1:
+                raise InvalidInputError(f"{k} must be >= 1")
+        if self.batch_size > self.shard_sequences:
+            self.batch_size = self.shard_sequences
+
+
+def resolve_sites(model, sites: Sequence[str], layers: Sequence[int] | None = None) -> list[Site]:
+    """Site names -> Sites, checked against the model (layer range, kinds the adapter supports)."""
+    spec = model.spec
+    L = spec.n_layers
+    if layers is not None:
+        bad = [l for l in layers if not 0 <= l < L]
+        if bad:
+            raise InvalidInputError(f"layer(s) {bad} out of range: {model.name} has layers 0..{L - 1}")
+    use = list(range(L)) if layers is None else sorted(set(layers))
+    out: list[Site] = []
+    for name in sites:
+        name = str(name).strip()
+        if name == "resid":
+            out += [Site(l, "resid_pre") for l in use]
+            if layers is None or L - 1 in use:
+                out.append(Site(L - 1, "resid_post"))
+        elif name in SITE_GROUPS:
+            out += [Site(l, name) for l in use]
+        elif name.startswith("L"):
+            s = Site.parse(name)
+            if not 0 <= s.layer < L:
+                raise InvalidInputError(f"site {name}: layer {s.layer} out of range: {model.name} has layers 0..{L - 1}")
+            out.append(s)
+        else:
+            raise InvalidInputError(f"unknown site {name!r}; use a group ({', '.join(SITE_GROUPS)}) or a site such "
+                                    f"as L3.resid_pre, L2.head_out.H1")
+    for s in out:
+        if s.kind not in SITE_GROUPS[1:]:
+            raise InvalidInputError(f"site {s}: kind {s.kind!r} cannot be cached; valid kinds: "
+                                    f"{', '.join(k for k in SITE_KINDS if k != 'pattern_rows')}")
+        if s.head is not None:
+            n = spec.n_kv_heads if s.kind in ("k", "v") else spec.n_heads
+            if not 0 <= s.head < n:
+                raise InvalidInputError(f"site {s}: head out of range 0..{n - 1}")
+        if s.kind == "attn_out":
+            model.adapter.attn_out_module(s.layer)  # raises for post-LN encoders (BERT)
+        if s.kind == "mlp_out":
+            model.adapter.mlp(s.layer)
+    return list(dict.fromkeys(out))
+
+
+def site_shape(spec, s: Site) -> tuple[int, ...]:
+    if s.kind in ("resid_pre", "resid_post", "attn_out", "mlp_out"):
+        return (spec.d_model,)
+    if s.head is not None:
+        return (spec.head_dim,)
+    return (spec.n_kv_heads if s.kind in ("k", "v") else spec.n_heads, spec.head_dim)
+
+
+def _sample_hash(hf) -> str:
+    """Hash of every parameter's name, shape, dtype and a strided sample of its values (fast on 7B)."""
+    import torch
+
+    h = hashlib.sha256()
+    for name, p in hf.state_dict().items():
+        h.update(f"{name}{tuple(p.shape)}{p.dtype}".encode())
+        flat = p.detach().reshape(-1)
+        step = max(1, flat.numel() // 65536)
+        h.update(flat[::step].to("cpu", torch.float32).numpy().tobytes())
+    return h.hexdigest()
+
+
+def model_identity(model) -> dict:
+    """Name, source, architecture and a weights id: the files' fingerprint for a local checkpoint,
+    else a hash of sampled parameter values."""
+    from ..provenance import weights_fingerprint
+
+    fp = weights_fingerprint(model.source)
+    if fp.get("kind") == "not a local directory" or not fp:
+        fp = {"parameter_sample_sha256": _sample_hash(model.hf)}
+    wid = hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]
+    spec = model.spec
+    out = {"name": model.name, "source": model.source, "architecture": spec.architecture, "id": wid, "weights": fp,
+           "n_layers": spec.n_layers, "n_heads": spec.n_heads, "n_kv_heads": spec.n_kv_heads,
+           "head_dim": spec.head_dim, "d_model": spec.d_model, "causal": spec.causal, "positional": spec.positional,
+           "dtype": str(next(model.hf.parameters()).dtype).replace("torch.", "")}
+    return out
+
+
+def tokenizer_identity(tok) -> dict:
+    vocab = json.dumps(sorted(tok.get_vocab().items()), ensure_ascii=False).encode()
+    return {"name": getattr(tok, "name_or_path", None), "class": type(tok).__name__,
+            "vocab_sha256": hashlib.sha256(vocab).hexdigest()[:16], "special_ids": sorted(tok.all_special_ids)}
+
+
+def _tokenize(tok, texts: list[str], cfg: CacheConfig):
+    from .labels import token_categories
+
+    enc = tok(texts, truncation=True, max_length=cfg.max_length, add_special_tokens=cfg.add_special_tokens,
+              return_offsets_mapping=True, return_special_tokens_mask=True)
+    seqs = []
+    for i, text in enumerate(texts):
+        ids = np.asarray(enc["input_ids"][i], dtype=np.int64)
+        special = np.asarray(enc["special_tokens_mask"][i], dtype=np.uint8)
+        seqs.append((ids, special, token_categories(text, enc["offset_mapping"][i])))
+    return seqs
+
+
+def _run_batch(model, sites: list[Site], seqs, seq0: int, dtype: str) -> dict:
+    import torch
+
+    from ..capture import Capture
+    from ..model import Batch
+
+    T = max(len(s[0]) for s in seqs)
+    b = len(seqs)
+    ids = torch.full((b, T), model.tokenizer.pad_token_id or 0, dtype=torch.long)
+    mask = torch.zeros((b, T), dtype=torch.long)
+    for i, (s, _, _) in enumerate(seqs):
+        if len(s):
+            ids[i, T - len(s):] = torch.from_numpy(s)
+            mask[i, T - len(s):] = 1
+    rows = {"tokens": np.concatenate([s[0] for s in seqs]).astype(np.int32),
+            "positions": np.concatenate([np.arange(len(s[0])) for s in seqs]).astype(np.int32),
+            "seq": np.concatenate([np.full(len(s[0]), seq0 + i) for i, s in enumerate(seqs)]).astype(np.int32),
+            "special": np.concatenate([s[1] for s in seqs]), "category": np.concatenate([s[2] for s in seqs])}
+    if not len(rows["tokens"]):
+        return {**rows, **{str(s): np.empty((0,), dtype=dtype) for s in sites}}
+    cap = Capture(sites, to_cpu=True)
+    batch = Batch(ids.to(model.device), mask.to(model.device))
+    with model.intervene(cap):
+        model.forward(batch, logits=False)
+    keep = mask.bool()
+    tdt = {"float32": torch.float32, "float16": torch.float16}[dtype]
+    for s in sites:
+        t = cap[s]
+        assert t.shape[:2] == (b, T), (s, t.shape)
+        rows[str(s)] = t[keep].to(tdt).numpy()
+    return rows
+
+
+def cache_activations(model, data=None, out=None, config: CacheConfig | None = None, overwrite: bool = False,
+                      progress: Callable[[int], None] | None = None) -> ActivationStore:
+    """Write the activations of `config.sites` over `data` to the store at `out`; return it opened.
+
+    data: a TextData (CorpusData, TextFile, TextList), None (the corpus generator), a file path, or a
+    list of texts. Resumes an interrupted store with the same identity; refuses a store with other
+    settings unless overwrite=True; refuses a store another process is writing.
+    `progress(n)` is called with the number of sequences done (including those already on disk).
+    """
+    import torch
+
+    cfg = config or CacheConfig()
+    if out is None:
+        raise InvalidInputError("cache_activations needs an output directory (out=...)")
+    if model.tokenizer is None:
+        raise InvalidInputError(f"{model.name} has no tokenizer; the store caches text datasets (use a model "
+                                f"with tokenizer files)")
+    data = as_data(data)
+    sites = resolve_sites(model, cfg.sites, cfg.layers)
+    dataset = data.fingerprint()
+    mid = model_identity(model)
+    tid = tokenizer_identity(model.tokenizer)
+    site_meta = {str(s): {"shape": list(site_shape(model.spec, s)), "dtype": cfg.dtype} for s in sites}
+    identity = {"model_id": mid["id"], "model_dtype": mid["dtype"], "tokenizer": tid["vocab_sha256"],
+                "dataset_sha256": dataset["sha256"], "n_sequences": dataset["n_sequences"], "sites": list(site_meta),
+                "dtype": cfg.dtype, "max_length": cfg.max_length, "batch_size": cfg.batch_size,
+                "shard_sequences": cfg.shard_sequences, "add_special_tokens": cfg.add_special_tokens}
+    from ..provenance import package_versions
+    from .labels import CATEGORIES
+
+    header = {"identity": identity, "model": mid, "tokenizer": tid, "dataset": dataset, "sites": site_meta,
+              "meta": list(META), "categories": list(CATEGORIES), "config": asdict(cfg), "packages": package_versions()}
+    n_total = dataset["n_sequences"]
+    with StoreWriter(out, header, overwrite=overwrite) as w, torch.no_grad():
+        start = w.next_sequence
+        if progress is not None and start:
+            progress(start)
+        texts = itertools.islice(data.texts(), start, None)
+        seq0 = start
+        while seq0 < n_total and not w.complete:
+            chunk = list(itertools.islice(texts, cfg.shard_sequences))
+            if not chunk:
+                break
+            seqs = _tokenize(model.tokenizer, chunk, cfg)
+            sw = w.shard(sum(len(s[0]) for s in seqs), len(seqs))
+            try:
+                for i in range(0, len(seqs), cfg.batch_size):
+                    part = seqs[i:i + cfg.batch_size]
+                    sw.append(_run_batch(model, sites, part, seq0 + i, cfg.dtype))
+                    if progress is not None:
+                        progress(len(part))
+                sw.commit()
+            except BaseException:
+                sw.abort()
+                raise
+            seq0 += len(chunk)
+        if not w.complete:
+            w.finish()
+    return ActivationStore(Path(out))

@@ -1,0 +1,201 @@
+"""Crash-safe, resumable, single-writer shard writer (model-agnostic: it writes given arrays).
+
+A shard is written into `shards/.tmp-NNNNN/` file by file (an .npy header with the final shape,
+then the rows appended batch by batch, so memory stays at one batch), flushed and fsynced, renamed
+to `shards/NNNNN/`, and only then added to the manifest, which is replaced atomically. Opening a
+writer on an existing store resumes it when its `identity` matches and refuses otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .format import (FORMAT, MANIFEST, META_ARRAYS, SHARDS, VERSION, StoreCorruptError, StoreError,
+                     StoreMismatchError, WriterLock, check_shard_files, fsync_dir, npy_bytes, npy_header,
+                     read_manifest, shard_name, write_manifest)
+
+
+def _normalise(obj):
+    return json.loads(json.dumps(obj))
+
+
+def _diff(a: dict, b: dict) -> list[str]:
+    keys = sorted(set(a) | set(b))
+    return [f"{k}: store has {a.get(k)!r}, this run has {b.get(k)!r}" for k in keys if a.get(k) != b.get(k)]
+
+
+class StoreWriter:
+    """Context manager writing shards of a store at `path`.
+
+    header: "identity" (what must be equal to resume: model id, dataset hash, sites, dtype, ...),
+    "sites" ({name: {"shape": per-token shape, "dtype": "float32"|"float16"}}), "meta" (names of
+    per-token metadata arrays, from META_ARRAYS) and any descriptive fields (model, dataset, config).
+    overwrite=True discards an existing store at `path` (only a store: other non-empty folders are
+    always refused).
+    """
+
+    def __init__(self, path, header: dict, overwrite: bool = False):
+        self.path = Path(path)
+        self.header = _normalise(header)
+        self.overwrite = overwrite
+        self.lock = WriterLock(self.path)
+        self.manifest: dict | None = None
+        for m in self.header["meta"]:
+            if m not in META_ARRAYS:
+                raise StoreError(f"unknown metadata array {m!r}; known: {', '.join(META_ARRAYS)}")
+
+    # ---- opening -------------------------------------------------------------------------
+    def __enter__(self) -> "StoreWriter":
+        p = self.path
+        if p.exists() and not p.is_dir():
+            raise StoreError(f"{p} exists and is not a directory")
+        if p.is_dir() and not (p / MANIFEST).is_file():
+            stray = [x.name for x in p.iterdir() if x.name not in (".lock", SHARDS, MANIFEST + ".partial")]
+            if stray:
+                raise StoreError(f"{p} is not empty and holds no activation store ({', '.join(sorted(stray)[:5])}"
+                                 f"{' ...' if len(stray) > 5 else ''}); choose an empty or new directory")
+        p.mkdir(parents=True, exist_ok=True)
+        self.lock.acquire()
+        try:
+            self._open_existing()
+        except BaseException:
+            self.lock.release()
+            raise
+        return self
+
+    def _open_existing(self):
+        p = self.path
+        if (p / MANIFEST).is_file() and self.overwrite:
+            shutil.rmtree(p / SHARDS, ignore_errors=True)
+            (p / MANIFEST).unlink()
+        elif (p / MANIFEST).is_file():
+            old = read_manifest(p)
+            diff = _diff(old.get("identity", {}), self.header["identity"])
+            if diff:
+                raise StoreMismatchError(f"{p} holds a store written with other settings; pass --overwrite to "
+                                         f"replace it or choose another directory. Differences: " + "; ".join(diff))
+            for s in old["shards"]:
+                check_shard_files(p, s)
+            self.manifest = old
+        (p / SHARDS).mkdir(exist_ok=True)
+        listed = {s["name"] for s in (self.manifest or {}).get("shards", [])}
+        for d in (p / SHARDS).iterdir():  # half-written or renamed-but-uncommitted shards of a killed writer
+            if d.name not in listed:
+                shutil.rmtree(d) if d.is_dir() else d.unlink()
+        if self.manifest is None:
+            self.manifest = {"format": FORMAT, "version": VERSION, **self.header, "shards": [], "n_tokens": 0,
+                             "n_sequences_written": 0, "complete": False,
+                             "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            write_manifest(p, self.manifest)
+
+    def __exit__(self, *exc):
+        self.lock.release()
+
+    # ---- state -----------------------------------------------------------------------------
+    @property
+    def next_sequence(self) -> int:
+        return self.manifest["n_sequences_written"]
+
+    @property
+    def next_token(self) -> int:
+        return self.manifest["n_tokens"]
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.manifest["complete"])
+
+    def shard(self, n_tokens: int, n_sequences: int) -> "ShardWriter":
+        if self.lock.fd is None:
+            raise StoreError("use StoreWriter as a context manager (with StoreWriter(...) as w:)")
+        if self.complete:
+            raise StoreError(f"store {self.path} is complete; nothing more can be added")
+        return ShardWriter(self, len(self.manifest["shards"]), n_tokens, n_sequences)
+
+    def finish(self, **extra) -> dict:
+        self.manifest.update(extra)
+        self.manifest["complete"] = True
+        self.manifest["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        write_manifest(self.path, self.manifest)
+        return self.manifest
+
+    def _commit(self, entry: dict) -> None:
+        m = self.manifest
+        m["shards"].append(entry)
+        m["n_tokens"] += entry["n_tokens"]
+        m["n_sequences_written"] += entry["n_sequences"]
+        write_manifest(self.path, m)
+
+
+class ShardWriter:
+    """Files of one shard in a temporary folder; `append` rows, then `commit` (or `abort`)."""
+
+    def __init__(self, writer: StoreWriter, index: int, n_tokens: int, n_sequences: int):
+        self.writer = writer
+        self.index = index
+        self.n_tokens = int(n_tokens)
+        self.n_sequences = int(n_sequences)
+        self.name = shard_name(index)
+        root = writer.path / SHARDS
+        self.tmp = root / f".tmp-{self.name}"
+        if self.tmp.exists():
+            shutil.rmtree(self.tmp)
+        self.tmp.mkdir()
+        self.layout = {m: ((), META_ARRAYS[m]) for m in writer.header["meta"]}
+        self.layout.update({s: (tuple(v["shape"]), v["dtype"]) for s, v in writer.header["sites"].items()})
+        self.files = {}
+        for name, (shape, dtype) in self.layout.items():
+            f = open(self.tmp / f"{name}.npy", "wb")
+            f.write(npy_header(dtype, (self.n_tokens, *shape)))
+            self.files[name] = f
+        self.filled = 0
+
+    def append(self, arrays: dict) -> None:
+        missing = set(self.layout) - set(arrays)
+        if missing:
+            raise StoreError(f"shard rows lack {', '.join(sorted(missing))}")
+        n = None
+        for name, (shape, dtype) in self.layout.items():
+            a = arrays[name]
+            if n is None:
+                n = len(a)
+            if tuple(a.shape) != (n, *shape):
+                raise StoreError(f"{name}: rows of shape {tuple(a.shape)}, expected ({n}, {', '.join(map(str, shape))})")
+        if self.filled + n > self.n_tokens:
+            raise StoreError(f"shard {self.name}: {self.filled + n} rows appended, {self.n_tokens} declared")
+        for name, (_, dtype) in self.layout.items():
+            self.files[name].write(np.ascontiguousarray(arrays[name], dtype=dtype).data)
+        self.filled += n
+
+    def commit(self, **info) -> dict:
+        if self.filled != self.n_tokens:
+            self.abort()
+            raise StoreError(f"shard {self.name}: {self.filled} rows written, {self.n_tokens} declared")
+        sizes = {}
+        for name, f in self.files.items():
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+            shape, dtype = self.layout[name]
+            sizes[f"{name}.npy"] = os.path.getsize(self.tmp / f"{name}.npy")
+            if sizes[f"{name}.npy"] != npy_bytes(dtype, (self.n_tokens, *shape)):
+                raise StoreCorruptError(f"shard {self.name}: {name}.npy has {sizes[f'{name}.npy']} bytes after writing")
+        final = self.tmp.parent / self.name
+        os.rename(self.tmp, final)
+        fsync_dir(self.tmp.parent)
+        w = self.writer
+        entry = {"name": self.name, "seq_start": w.next_sequence, "n_sequences": self.n_sequences,
+                 "tok_start": w.next_token, "n_tokens": self.n_tokens, "files": sizes, **info}
+        w._commit(entry)
+        return entry
+
+    def abort(self) -> None:
+        for f in self.files.values():
+            if not f.closed:
+                f.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)

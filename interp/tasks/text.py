@@ -1,0 +1,54 @@
+"""Natural-text windows for analyses that need ordinary context (copy suppression, logit lens).
+
+Documents come from a user's list of strings or, by default, from held-out documents of interp's
+corpus generator (the text the bundled organisms were trained on; seeds never used in training).
+Each document is tokenized on its own (with the tokenizer's special tokens, e.g. BOS) and cut to
+exactly `seq_len` tokens; shorter documents are skipped, so a batch needs no padding.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..errors import InvalidInputError
+
+CORPUS_OFFSET = 700_000  # held-out seed index range used here (NIAH and the organism evals use others)
+
+
+def text_windows(model, n_texts: int, seq_len: int, seed: int = 0, texts: Sequence[str] | None = None) -> torch.Tensor:
+    """[n, seq_len] token ids of the first `n_texts` documents with at least `seq_len` tokens."""
+    if model.tokenizer is None:
+        raise InvalidInputError(f"{model.name} has no tokenizer: pass token ids [n, seq_len] instead of text")
+    if n_texts < 2 or seq_len < 8:
+        raise InvalidInputError("need n_texts >= 2 and seq_len >= 8")
+    rows = []
+    if texts is None:
+        from ..organisms import corpus
+
+        docs = (corpus.sample_text(corpus.heldout_seed(CORPUS_OFFSET + 10_000 * seed + i), 1)[0]
+                for i in range(20 * n_texts))
+    else:
+        docs = iter(texts)
+    for doc in docs:
+        ids = model.tokenizer(doc)["input_ids"]
+        if len(ids) >= seq_len:
+            rows.append(ids[:seq_len])
+        if len(rows) == n_texts:
+            break
+    if len(rows) < n_texts:
+        raise InvalidInputError(f"only {len(rows)} documents have {seq_len} tokens or more ({n_texts} wanted): "
+                                "lower the sequence length or pass longer/more texts")
+    return torch.tensor(rows, dtype=torch.long)
+
+
+def read_documents(path: str) -> list[str]:
+    """Documents of a plain-text file, separated by blank lines."""
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidInputError(f"{path}: no such file")
+    docs = [d.strip() for d in p.read_text().split("\n\n")]
+    return [d for d in docs if d]
