@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.interp-installed
 
-.PHONY: setup demo test test-slow bench clean
+.PHONY: setup demo test test-slow bench results clean
 
 setup: $(STAMP)
 
@@ -30,6 +30,20 @@ test-slow: setup
 
 bench: setup
 	$(PY) bench/overhead.py
+	$(PY) bench/store.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
+
+# The numbers in the README's results section (bundled organisms and minilm-l6), into runs/results/.
+results: setup
+	for m in tiny-qwen2 tiny-llama; do \
+		$(VENV)/bin/interp detect retrieval --model $$m --lengths 512,1024 --out runs/results/$$m/retrieval && \
+		$(VENV)/bin/interp ablate --model $$m --heads retrieval --from runs/results/$$m/retrieval \
+			--lengths 512,1024 --draws 5 --out runs/results/$$m/ablate && \
+		$(VENV)/bin/interp rope-zero --model $$m --heads retrieval --from runs/results/$$m/retrieval \
+			--dims 0,4,8,16,32 --out runs/results/$$m/rope-zero && \
+		$(VENV)/bin/interp rope-profile --model $$m --heads retrieval --from runs/results/$$m/retrieval \
+			--out runs/results/$$m/rope-profile || exit 1; \
+	done
+	$(VENV)/bin/interp probe --model minilm-l6 --out runs/results/minilm-l6/probe
