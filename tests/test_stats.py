@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from interp import stats as S
+from interp.stats import _common as SC
+from interp.stats import permutation as SP
 from interp.errors import InvalidInputError
 from interp.stats import (
     MatchedDraws,
@@ -96,7 +98,7 @@ def test_mean_ci_wider_at_higher_level():
 
 
 def test_mean_ci_bca_fallback_uses_percentile_of_same_distribution(monkeypatch):
-    real = S._sps.bootstrap
+    real = SC._sps.bootstrap
     seen = {}
 
     def degenerate_bca(*args, **kwargs):
@@ -104,10 +106,10 @@ def test_mean_ci_bca_fallback_uses_percentile_of_same_distribution(monkeypatch):
         seen["dist"] = res.bootstrap_distribution.copy()
         import warnings
 
-        warnings.warn("forced", S._sps.DegenerateDataWarning)
+        warnings.warn("forced", SC._sps.DegenerateDataWarning)
         return res
 
-    monkeypatch.setattr(S._sps, "bootstrap", degenerate_bca)
+    monkeypatch.setattr(SC._sps, "bootstrap", degenerate_bca)
     e = mean_ci(np.arange(20.0), n_boot=1000, seed=3)
     assert e.method == "percentile (BCa degenerate)"
     lo, hi = np.quantile(seen["dist"], [0.025, 0.975])
@@ -221,7 +223,7 @@ def test_paired_diff_agrees_with_scipy_permutation_test():
     d = rng.normal(loc=0.25, size=40)
     ref = sps.permutation_test((d,), stat, permutation_type="samples", vectorized=True,
                                n_resamples=4000, alternative="greater",
-                               **{S._rng_kw(sps.permutation_test): np.random.default_rng(0)})
+                               **{SC._rng_kw(sps.permutation_test): np.random.default_rng(0)})
     mine = paired_diff(d, np.zeros(40), n_boot=100, n_perm=4000, seed=0).p_value
     assert 0.02 < mine < 0.98  # not at a boundary, so the comparison means something
     assert mine == pytest.approx(ref.pvalue, abs=0.02)  # two MC estimates, sd ~0.005 each
@@ -322,7 +324,7 @@ def test_permute_within_layers_keeps_counts_and_mixes():
     layers = np.repeat(np.arange(4), 6)
     labels = np.zeros(24, bool)
     labels[[0, 1, 7, 18, 19, 20, 21, 22, 23]] = True  # layer 3 fully labelled, layer 2 none
-    masks = S._permute_within_layers(labels, layers, 4000, rng)
+    masks = SP._permute_within_layers(labels, layers, 4000, rng)
     want = _counts_by_layer(labels, layers)
     for row in masks[:200]:
         np.testing.assert_array_equal(_counts_by_layer(row, layers), want)
@@ -335,7 +337,7 @@ def test_permute_within_layers_keeps_counts_and_mixes():
 
 
 def test_layer_permutation_only_uses_within_layer_shuffles(monkeypatch):
-    real = S._permute_within_layers
+    real = SP._permute_within_layers
     recorded = []
 
     def spy(labels, layers, n, rng):
@@ -343,7 +345,7 @@ def test_layer_permutation_only_uses_within_layer_shuffles(monkeypatch):
         recorded.append((np.asarray(layers).copy(), out.copy()))
         return out
 
-    monkeypatch.setattr(S, "_permute_within_layers", spy)
+    monkeypatch.setattr(SP, "_permute_within_layers", spy)
     rng = np.random.default_rng(1)
     layers, n = _layer_table(rng, 5, 8)
     labels = rng.random(n) < 0.25

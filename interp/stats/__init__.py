@@ -1,0 +1,38 @@
+"""Statistics shared by every causal analysis: bootstrap CIs, paired comparisons, effect sizes,
+layer-clustered permutation tests and matched random-head controls.
+
+Design conventions
+------------------
+* **Paired-seed designs.** Every condition runs on the same seeded prompts, so a condition and its
+  baseline are compared sample-by-sample: `paired_diff(x, y)` works on `x - y` and resamples /
+  sign-flips whole pairs, never the two arms independently.
+* **Explicit randomness.** Every random function takes an integer `seed` and builds its own
+  `numpy.random.Generator` from it; nothing reads or touches global random state. The same inputs
+  and seed give the same result (with the same numpy/scipy versions: scipy's bootstrap resampling
+  order may change between releases).
+* **Pure functions.** numpy (or array-like) in, a frozen dataclass out. Every result has
+  `to_dict()` returning plain Python types (float/int/str/bool/list/dict with str keys) that
+  `json.dumps` accepts. Infinite effect sizes (see `paired_diff`) stay `float('inf')`; json writes
+  them as `Infinity`, so pass `allow_nan=False` only if you have ruled that case out.
+* **Errors.** Bad input raises `interp.errors.InvalidInputError`, a subclass of `ValueError`.
+
+Where scipy is used and where not
+---------------------------------
+* `mean_ci` / the CI of `paired_diff`: `scipy.stats.bootstrap` (BCa, falling back to the
+  percentile interval of the same bootstrap distribution when BCa is degenerate).
+* `paired_diff` p-value: hand-written, vectorised numpy sign-flip test (exact enumeration or Monte
+  Carlo). `scipy.stats.permutation_test(permutation_type="samples")` computes the same test but was
+  7-10x slower for Monte Carlo at large n; the tests cross-check the two.
+* `layer_clustered_permutation`: hand-written, vectorised numpy. scipy's `permutation_test` has
+  no notion of permuting labels within strata (layers) while keeping each stratum's label count.
+* `matched_random_heads`, `threshold_sweep`, `cohens_d`: plain numpy.
+"""
+
+from ._common import BCA_MAX_N, EXACT_SIGN_FLIP_MAX_N
+from .heads import MatchedDraws, matched_random_heads, threshold_sweep
+from .paired import Estimate, PairedComparison, cohens_d, mean_ci, paired_diff
+from .permutation import PermutationResult, layer_clustered_permutation
+
+__all__ = ["BCA_MAX_N", "EXACT_SIGN_FLIP_MAX_N", "Estimate", "MatchedDraws", "PairedComparison", "PermutationResult",
+           "cohens_d", "layer_clustered_permutation", "matched_random_heads", "mean_ci", "paired_diff",
+           "threshold_sweep"]
