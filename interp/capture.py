@@ -9,7 +9,7 @@ k, v), head_dim].
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import torch
 

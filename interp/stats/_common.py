@@ -6,8 +6,8 @@ import inspect
 import math
 import operator
 import warnings
-from dataclasses import dataclass, field, fields
-from typing import Any, Iterable, Sequence
+from dataclasses import fields
+from typing import Any
 
 import numpy as np
 from scipy import stats as _sps

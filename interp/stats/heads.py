@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import inspect
-import math
 import operator
-import warnings
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-from scipy import stats as _sps
 
 from ..errors import InvalidInputError
 from ._common import (_ToDict, _check_seed, _check_count)  # noqa: F401

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import inspect
 import math
-import operator
-import warnings
-from dataclasses import dataclass, field, fields
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as _sps
 
 from ..errors import InvalidInputError
 from ._common import (EXACT_SIGN_FLIP_MAX_N, BCA_MAX_N, _BATCH_ELEMS, _ToDict, _check_seed, _check_count, _check_level, _as_1d, _is_constant, _bootstrap_mean_ci, _std_effect)  # noqa: F401

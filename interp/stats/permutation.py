@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import inspect
 import math
-import operator
-import warnings
-from dataclasses import dataclass, field, fields
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats as _sps
 
 from ..errors import InvalidInputError
 from ._common import (_BATCH_ELEMS, _ToDict, _check_seed, _check_count)  # noqa: F401
-from .paired import cohens_d
 
 
 @dataclass(frozen=True)
