@@ -69,6 +69,11 @@ def induction_figures(result: dict) -> dict:
         "copying_heatmap": score_heatmap(result, "copying", "OV copying score (eigenvalues)", ind, "RdBu", 0.0),
         "induction_vs_copying": _scatter(result, "induction", "copying", "Induction vs OV copying score", ind),
     }
+    sweep = result.get("single_head_effects")
+    if sweep:
+        figs["single_head_ablation_heatmap"] = score_heatmap(
+            {"model": result["model"], "scores": {"late_loss_change": sweep["late_loss"]}}, "late_loss_change",
+            f"Second-copy loss change when one head is ablated ({sweep['mode']})", ind, "RdBu", 0.0)
     causal = result.get("causal")
     if causal:
         conds = list(causal["conditions"]) + ([causal["random_pooled"]] if causal.get("random_pooled") else [])

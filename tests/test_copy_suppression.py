@@ -56,6 +56,11 @@ def test_planted_negative_head_is_found(family):
     assert 0.0 < c["self_repair_fraction"] < 0.7
     assert d["copy_suppression_heads"] == [neg] and d["found"]
     assert "L2H2" in d["summary"]
+    from interp.plotting_heads import copy_suppression_figures
+
+    figs = copy_suppression_figures(d)
+    assert set(figs) == {"ov_suppression_heatmap", "qk_lift_heatmap", "dla_attended_heatmap", "ov_vs_dla", "self_repair"}
+    assert np.isnan(np.array(figs["qk_lift_heatmap"].data[0].z, dtype=float)[0]).all()  # no prediction yet: empty
 
 
 def test_self_repair_of_the_induction_head_by_the_negative_head():
@@ -71,6 +76,9 @@ def test_self_repair_of_the_induction_head_by_the_negative_head():
     assert a["delta_prob"]["hi"] < -0.2  # without the induction head the copied token loses probability
     assert not ind["is_copy_suppression"]
     assert d["copy_suppression_heads"] == ["L2H2"]
+    # exactly what L2H2 stops suppressing: its own direct effect on the same copied tokens
+    neg = {c["head"]: c for c in d["candidates"]}["L2H2"]["ablation"]
+    assert a["self_repair"]["mean"] == pytest.approx(-neg["direct"]["mean"], rel=1e-3)
 
 
 def test_no_copy_suppression_head_is_reported_honestly():

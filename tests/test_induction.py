@@ -119,6 +119,7 @@ def test_repeated_sequences_layout_and_seeding():
         token_pool(model, "bogus")
     with pytest.raises(InvalidInputError, match="needs a tokenizer"):
         token_pool(model, "corpus")
+    assert token_pool(model, "auto") == token_pool(model, "vocab") == list(range(96))  # no tokenizer
 
 
 def test_corpus_token_pool_uses_the_tokenizer():
@@ -132,6 +133,7 @@ def test_corpus_token_pool_uses_the_tokenizer():
     assert 20 < len(pool) < 96 and max(pool) < 96  # ids outside this tiny model's vocabulary are dropped
     vocab = token_pool(model, "vocab")
     assert set(pool) < set(vocab) and not set(hf_tok.all_special_ids) & set(vocab)
+    assert token_pool(model, "auto", n_docs=20) == pool
 
 
 @pytest.mark.parametrize("family,gqa", VARIANTS, ids=VARIANT_IDS)
@@ -239,3 +241,21 @@ def test_cli_bad_input_exits_2(args, msg, capsys, tmp_path):
     code, _, err = _cli(args + ["--out", str(tmp_path / "o")], capsys)
     assert code == 2, err
     assert msg in err and "Traceback" not in err
+
+
+def test_single_head_sweep_finds_the_circuit():
+    """Ablating the previous-token or the induction head alone breaks the copy; the negative head helps it."""
+    d = detect_induction_heads(planted_model("qwen2"), _config(sweep=True, draws=0)).to_dict()
+    late = np.array(d["single_head_effects"]["late_loss"])
+    assert late[0, 0] > 2.0 and late[1, 1] > 2.0
+    assert late[2, 2] < -0.1  # without the copy suppression the second copy is predicted more confidently
+    others = np.ones_like(late, dtype=bool)
+    others[0, 0] = others[1, 1] = others[2, 2] = False
+    assert np.abs(late[others]).max() < 1e-4
+    assert np.abs(np.array(d["single_head_effects"]["early_loss"])).max() < 0.05  # first copy: nothing to copy
+    from interp.plotting_heads import induction_figures
+
+    figs = induction_figures(d)
+    assert {"single_head_ablation_heatmap", "ablation_late_loss"} <= set(figs)
+    assert list(figs["ablation_late_loss"].data[0].x) == ["baseline", "target"]  # draws=0: no random conditions
+    assert figs["induction_vs_copying"].data[0].marker.color[4 + 1] == "crimson"  # L1H1, the induction head

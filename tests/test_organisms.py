@@ -6,7 +6,6 @@ import json
 import math
 import random
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +13,13 @@ import torch
 from interp.organisms import corpus
 from interp.organisms.batches import Packer
 from interp.organisms.tokenizer import BOS, encode_pieces, load_tokenizer, token_counter
-from interp.organisms.train import DATA_DIR, OrganismConfig, get_tokenizer, sha256_file, train
+from interp.organisms.train import (
+    DATA_DIR,
+    OrganismConfig,
+    get_tokenizer,
+    sha256_file,
+    train,
+)
 
 MODEL_DIRS = sorted(p.parent for p in DATA_DIR.glob("*/config.json"))
 SAMPLE = " What is the secret code of the green lantern? The secret code of the green lantern is 4821."
@@ -153,7 +158,7 @@ def test_training_documents_tag_answers(tok):
 
 def test_packer_sequences(tok):
     packer = Packer(tok)
-    x, y, w, amask, cmask = packer.batch(seed=0, step=0, length=128, batch_size=4)
+    x, y, w, amask, _cmask = packer.batch(seed=0, step=0, length=128, batch_size=4)
     assert x.shape == y.shape == w.shape == (4, 128)
     assert (x[:, 0] == tok.token_to_id(BOS)).all()
     assert torch.equal(x[:, 1:], y[:, :-1])
@@ -162,9 +167,9 @@ def test_packer_sequences(tok):
     assert torch.equal(x, x2)
 
 
-TINY = dict(name="tiny-test", arch="llama", hidden=64, layers=1, heads=2, kv_heads=1,
-            head_dim=32, intermediate=64, max_positions=128, curriculum=[(32, 3)],
-            tokens_per_step=128, warmup=1, lr=3e-3, seed=0)
+TINY = {"name": "tiny-test", "arch": "llama", "hidden": 64, "layers": 1, "heads": 2, "kv_heads": 1,
+            "head_dim": 32, "intermediate": 64, "max_positions": 128, "curriculum": [(32, 3)],
+            "tokens_per_step": 128, "warmup": 1, "lr": 3e-3, "seed": 0}
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "llama", "gpt2"])

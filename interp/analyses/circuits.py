@@ -87,15 +87,16 @@ def embed_weight(model) -> torch.Tensor:
     return model.adapter.embed().weight.detach()
 
 
-def token_sample(model, n: int | None, seed: int = 0, exclude=()) -> torch.Tensor:
-    """Token ids to analyse: the whole vocabulary (minus `exclude`) when n is None or large enough,
-    else n of them drawn without replacement (seeded), sorted."""
+def token_sample(model, n: int | None, seed: int = 0, exclude=(), pool=None) -> torch.Tensor:
+    """Token ids to analyse: `pool` (default the whole vocabulary) minus `exclude`, all of them when n
+    is None or large enough, else n drawn without replacement (seeded); sorted."""
     ex = set(int(t) for t in exclude)
-    ids = torch.tensor([t for t in range(model.spec.d_vocab) if t not in ex], dtype=torch.long)
+    pool = range(model.spec.d_vocab) if pool is None else pool
+    ids = torch.tensor(sorted({int(t) for t in pool} - ex), dtype=torch.long)
+    if ids.numel() < 2 or (n is not None and n < 2):
+        raise InvalidInputError("the token sample needs at least 2 tokens")
     if n is None or n >= ids.numel():
         return ids
-    if n < 2:
-        raise InvalidInputError("the token sample needs at least 2 tokens")
     g = torch.Generator().manual_seed(int(seed))
     return ids[torch.randperm(ids.numel(), generator=g)[:n]].sort().values
 

@@ -1,13 +1,14 @@
 """Copy-suppression (negative copy) heads and self-repair (McDougall et al.; GPT-2 small L10H7).
 
 Per query head:
-(a) `ov_suppression`: fraction of sampled tokens t whose own logit is among the k most negative
+(a) `ov_suppression`: fraction of sampled tokens t (by default from the ids seen in held-out corpus
+    text when the model has a tokenizer, see tasks/repeated.token_pool) whose own logit is among the k most negative
     that the head's OV circuit writes when it reads t's effective embedding (circuits.py);
     `ov_self_z`: mean z-score of t's own logit in that column. `qk_circuit`: fraction of tokens
     whose own key (effective embedding) is among the k best for a query made from W_U[t].
 (b) QK on natural text: at each position i >= 1, the token the head's input predicts (logit lens:
     final norm + unembedding applied to the residual stream entering the head's layer); where that
-    token occurs at an earlier key 1..i, `qk_mass` = the head's attention on those occurrences and
+    token occurs at an earlier key 1..i-1, `qk_mass` = the head's attention on those occurrences and
     `qk_chance` = their share of the visible keys (uniform attention); `qk_lift` = mass / chance.
 (c) `dla_attended`: direct logit attribution of the head to the token at its top key (position 0,
     the attention sink, excluded), at positions where that key has weight >= `min_attention`:
@@ -38,6 +39,7 @@ from ..capture import Capture
 from ..errors import InvalidInputError, UnsupportedModelError
 from ..interventions import ABLATION_MODES, AblateHeads, Intervention
 from ..rows import compute_rows
+from ..tasks.repeated import resolve_source, token_pool
 from ..types import HeadId, Site, as_heads
 from .circuits import FinalNormLinear, centered_unembed, ov_scores, qk_self_match, token_sample
 
@@ -49,7 +51,8 @@ class CopySuppressionConfig:
     texts: tuple[str, ...] | None = None  # documents (default: held-out corpus documents)
     seed: int = 0
     batch_size: int = 8
-    tokens: int | None = 2048  # token sample for the OV/QK circuit scores (None: whole vocabulary)
+    tokens: int | None = 2048  # token sample size for the OV/QK circuit scores (None: the whole pool)
+    token_source: str | tuple[int, ...] = "auto"  # pool of that sample: auto | vocab | corpus | ids
     k: int = 10
     embedding: str = "layer0"
     min_attention: float = 0.2
@@ -109,7 +112,7 @@ class _TextRecorder(Intervention):
         self.top[call.layer] = (w, key + 1)
         pred = self.lens(self.cap[Site(call.layer, "resid_pre")])  # [b, s]
         ids = self.ids.to(q.device)
-        visible = (pos[None, :] <= pos[:, None]) & (pos[None, :] >= 1)  # keys 1..i
+        visible = (pos[None, :] < pos[:, None]) & (pos[None, :] >= 1)  # earlier keys 1..i-1
         occ = (ids[:, None, :] == pred[:, :, None]) & visible  # [b, s, s]
         elig = occ.any(-1).float()
         mass = (rows * occ[:, None].float()).sum(-1)  # [b, H, s]
@@ -195,7 +198,8 @@ def detect_copy_suppression(model, config: CopySuppressionConfig | None = None, 
     if exclude_tokens is None:
         tok = model.tokenizer
         exclude_tokens = list(getattr(tok, "all_special_ids", None) or []) if tok is not None else []
-    toks = token_sample(model, config.tokens, config.seed, exclude=exclude_tokens)
+    toks = token_sample(model, config.tokens, config.seed, exclude=exclude_tokens,
+                        pool=token_pool(model, config.token_source))
     bs = max(64, config.batch_size)
     ov = ov_scores(model, toks, config.embedding, config.k, batch_size=bs)
     qk_circuit = qk_self_match(model, toks, config.embedding, config.k, batch_size=bs)
@@ -246,6 +250,7 @@ def detect_copy_suppression(model, config: CopySuppressionConfig | None = None, 
     cfg["heads"] = None if config.heads is None else [str(x) for x in as_heads(config.heads)]
     cfg["texts"] = None if config.texts is None else f"{len(config.texts)} user documents"
     cfg["n_tokens_sampled"] = int(toks.numel())
+    cfg["token_source"] = resolve_source(model, config.token_source)
     return CopySuppressionResult(
         model=model.name, scores={k: [[_num(x) for x in row] for row in v] for k, v in scores.items()},
         candidates=candidates,

@@ -18,6 +18,10 @@ An induction head is a head whose induction score exceeds `threshold` AND whose 
 exceeds `min_copying` (default 0): the attention pattern alone does not make one, since
 copy-suppression and anti-induction heads attend to the same keys and write the opposite.
 
+Tokens: by default ("auto") drawn from the ids that occur in held-out corpus text when the model
+has a tokenizer (tokens it has seen), else from the whole vocabulary minus special tokens; the OV
+copying scores use the same pool.
+
 Losses. Per-token next-token loss; early = targets in the first copy, late = second copy, both
 without the copy's first token (which is not predictable). `icl_score` = late - early (negative
 when the model learns in context). Causal check: the same sequences with the induction heads
@@ -34,7 +38,8 @@ import torch
 from ..errors import InvalidInputError
 from ..interventions import ABLATION_MODES, AblateHeads, Intervention
 from ..rows import compute_rows
-from ..tasks.repeated import RepeatedBatch, RepeatedConfig, bos_id, build_repeated_batches, token_pool
+from ..tasks.repeated import (RepeatedBatch, RepeatedConfig, bos_id, build_repeated_batches, resolve_source,
+                              token_pool)
 from ..types import HeadId, as_heads
 
 PATTERNS = ("prev_token", "duplicate", "induction")
@@ -112,7 +117,7 @@ class PatternRecorder(Intervention):
 @dataclass
 class InductionConfig:
     repeated: RepeatedConfig = field(default_factory=RepeatedConfig)
-    tokens: str | tuple[int, ...] = "vocab"  # pool of the random tokens: "vocab", "corpus" or ids
+    tokens: str | tuple[int, ...] = "auto"  # token pool (sequences and circuits): auto | vocab | corpus | ids
     bos_id: int | None = None  # default: the tokenizer's BOS
     threshold: float = 0.4  # induction score above which a head is an induction head ...
     min_copying: float | None = 0.0  # ... if its OV copying score is also above this (None: attention only)
@@ -128,6 +133,7 @@ class InductionConfig:
     embedding: str = "layer0"
     n_boot: int = 10000
     n_perm: int = 10000
+    sweep: bool = False  # also ablate every head alone: change of the second-copy loss per head
 
     def __post_init__(self):
         if self.mode not in ABLATION_MODES:
@@ -152,6 +158,7 @@ class InductionResult:
     n_seqs: int
     config: dict
     provenance: dict
+    single_head_effects: dict | None = None  # with sweep: {"late_loss": [layer][head], "early_loss": ...} changes
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -216,7 +223,7 @@ def detect_induction_heads(model, config: InductionConfig | None = None, progres
     special = set(getattr(model.tokenizer, "all_special_ids", None) or []) if model.tokenizer is not None else set()
     if bos is not None:
         special.add(bos)
-    toks = token_sample(model, config.copy_tokens, config.seed, exclude=special)
+    toks = token_sample(model, config.copy_tokens, config.seed, exclude=special, pool=pool)
     ov = ov_scores(model, toks, config.embedding, config.copy_k, batch_size=max(64, config.batch_size))
     scores["copying"] = np.array(ov["copying"])
     scores["copy_top_k"] = np.array(ov["copy_top_k"])
@@ -242,18 +249,42 @@ def detect_induction_heads(model, config: InductionConfig | None = None, progres
     source = "explicit" if config.heads else (
         f"detected (induction score > {config.threshold}" +
         ("" if config.min_copying is None else f", OV copying score > {config.min_copying}") + ")")
+    means, ref_seed = (_reference_means(model, config, pool, bos) if config.mode == "mean" and (target or config.sweep)
+                       else (None, None))
     causal = None
     if target:
-        causal = _causal_check(model, batches, target, source, early, late, config, pool, bos, progress)
+        causal = _causal_check(model, batches, target, source, early, late, config, means, ref_seed, progress)
+    sweep = _sweep(model, batches, early, late, config, means, progress) if config.sweep else None
     cfg = asdict(config)
     cfg["heads"] = None if config.heads is None else [str(h) for h in as_heads(config.heads)]
     cfg["n_token_pool"] = len(pool)
+    cfg["token_source"] = resolve_source(model, config.tokens)
     cfg["bos_id"] = bos
     return InductionResult(
         model=model.name, scores={n: np.asarray(v).round(6).tolist() for n, v in scores.items()},
         tl_scores=tl_scores, induction_heads=[str(h) for h in ind_heads], prev_token_heads=prev_heads,
         threshold=config.threshold, ranked=ranked, losses=losses, causal=causal, n_seqs=int(len(early)),
-        config=cfg, provenance=provenance(model))
+        config=cfg, provenance=provenance(model), single_head_effects=sweep)
+
+
+def _ablated_losses(model, batches, heads, config, means=None):
+    iv = AblateHeads(heads, mode=config.mode, means=means)
+    pairs = [_copy_losses(_nll(model, b.ids, config.batch_size, interventions=(iv,)), b) for b in batches]
+    return np.concatenate([p[0] for p in pairs]), np.concatenate([p[1] for p in pairs])
+
+
+def _sweep(model, batches, early0, late0, config, means, progress) -> dict:
+    """Mean change of the early / late (second-copy) loss when each head alone is ablated."""
+    spec = model.spec
+    late = np.zeros((spec.n_layers, spec.n_heads))
+    early = np.zeros_like(late)
+    for l in range(spec.n_layers):
+        for h in range(spec.n_heads):
+            e, l_ = _ablated_losses(model, batches, [HeadId(l, h)], config, means)
+            late[l, h], early[l, h] = (l_ - late0).mean(), (e - early0).mean()
+        if progress:
+            progress(1)
+    return {"late_loss": late.round(6).tolist(), "early_loss": early.round(6).tolist(), "mode": config.mode}
 
 
 def _reference_means(model, config: InductionConfig, pool, bos):
@@ -269,13 +300,12 @@ def _reference_means(model, config: InductionConfig, pool, bos):
     return sum(means) / sum(b.ids.numel() for b in ref), ref_cfg.seed
 
 
-def _causal_check(model, batches, target, source, early0, late0, config, pool, bos, progress) -> dict:
+def _causal_check(model, batches, target, source, early0, late0, config, means, ref_seed, progress) -> dict:
     from .. import stats
 
     spec = model.spec
-    means, note = None, {}
-    if config.mode == "mean":
-        means, ref_seed = _reference_means(model, config, pool, bos)
+    note = {}
+    if means is not None:
         note = {"mean_reference": f"mean head outputs over repeated sequences of seed {ref_seed} (disjoint)"}
     draws = stats.matched_random_heads([(h.layer, h.head) for h in target], spec.n_layers, spec.n_heads,
                                        n_draws=config.draws, seed=config.seed)
@@ -296,13 +326,7 @@ def _causal_check(model, batches, target, source, early0, late0, config, pool, b
     conditions = [condition("baseline", (), early0, late0, vs_base=False)]
     per_cond = {}
     for name, heads in plan:
-        iv = AblateHeads(heads, mode=config.mode, means=means)
-        e, l_ = [], []
-        for b in batches:
-            ee, ll = _copy_losses(_nll(model, b.ids, config.batch_size, interventions=(iv,)), b)
-            e.append(ee)
-            l_.append(ll)
-        per_cond[name] = (np.concatenate(e), np.concatenate(l_))
+        per_cond[name] = _ablated_losses(model, batches, heads, config, means)
         conditions.append(condition(name, heads, *per_cond[name]))
         if progress:
             progress(1)

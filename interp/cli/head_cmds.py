@@ -24,13 +24,14 @@ def _heads(text):
     return None if not text else tuple(as_heads(text))
 
 
-def _run(model, device, dtype, out, command: str, steps: int, analyse, figures, printer, as_json: bool) -> None:
-    """Load, run `analyse(model, advance)` under a progress bar, write <command>.json + figures, report."""
+def _run(model, device, dtype, out, command: str, steps, analyse, figures, printer, as_json: bool) -> None:
+    """Load, run `analyse(model, advance)` under a progress bar of `steps(model)` steps, write <command>.json
+    and the figures, report."""
     from ..plotting import write_html
 
     m = _model(model, device, dtype)
     o = out_dir(out, command, m.name)
-    prog, advance = progress_bar(steps, command)
+    prog, advance = progress_bar(steps(m), command)
     with prog:
         d = analyse(m, advance).to_dict()
     write_json(d, o / f"{command.replace('-', '_')}.json")
@@ -50,14 +51,17 @@ def _fmt(v, spec=".3f"):
 def detect_induction(model: Optional[str] = MODEL,
                      lengths: str = typer.Option("50", "--lengths", help="Tokens per copy, comma-separated."),
                      seqs: int = typer.Option(32, "--seqs", help="Repeated sequences per length."),
-                     tokens: str = typer.Option("vocab", "--tokens", help="Random-token pool: vocab (all but special "
-                                                "tokens) | corpus (ids seen in held-out corpus text)."),
+                     tokens: str = typer.Option("auto", "--tokens", help="Token pool (random sequences, OV circuit): "
+                                                "corpus (ids seen in held-out corpus text) | vocab (all but special "
+                                                "tokens) | auto (corpus when the model has a tokenizer)."),
                      threshold: float = typer.Option(0.4, "--threshold", help="Induction score of an induction head."),
                      min_copying: float = typer.Option(0.0, "--min-copying", help="... and OV copying score above this."),
                      max_heads: Optional[int] = typer.Option(None, "--max-heads", help="At most this many heads."),
                      heads: Optional[str] = HEADS, mode: str = MODE,
                      draws: int = typer.Option(5, "--draws", help="Matched random-head draws."),
                      copy_tokens: int = typer.Option(2048, "--copy-tokens", help="Token sample for OV copying."),
+                     sweep: bool = typer.Option(False, "--sweep", help="Also ablate every head alone (one pass per "
+                                                "head): per-head change of the second-copy loss."),
                      embedding: str = EMBEDDING, seed: int = SEED, n_boot: int = N_BOOT, batch_size: int = BATCH,
                      device: Optional[str] = DEVICE, dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
                      as_json: bool = JSON):
@@ -67,13 +71,14 @@ def detect_induction(model: Optional[str] = MODEL,
     from ..plotting_heads import induction_figures
     from ..tasks.repeated import RepeatedConfig
 
-    if tokens not in ("vocab", "corpus"):
-        raise InvalidInputError(f"--tokens {tokens!r}: valid are vocab, corpus")
+    if tokens not in ("auto", "vocab", "corpus"):
+        raise InvalidInputError(f"--tokens {tokens!r}: valid are auto, vocab, corpus")
     cfg = InductionConfig(repeated=RepeatedConfig(lengths=parse_ints(lengths, "--lengths"), n_seqs=seqs, seed=seed),
                           tokens=tokens, threshold=threshold, min_copying=min_copying, max_heads=max_heads,
                           heads=_heads(heads), mode=mode, draws=draws, seed=seed, batch_size=batch_size,
-                          copy_tokens=copy_tokens, embedding=embedding, n_boot=n_boot, n_perm=n_boot)
-    _run(model, device, dtype, out, "induction", len(cfg.repeated.lengths) + 2 + draws,
+                          copy_tokens=copy_tokens, embedding=embedding, n_boot=n_boot, n_perm=n_boot, sweep=sweep)
+    _run(model, device, dtype, out, "induction",
+         lambda m: len(cfg.repeated.lengths) + 2 + draws + (m.spec.n_layers if sweep else 0),
          lambda m, advance: detect_induction_heads(m, cfg, progress=advance), induction_figures, _print_induction,
          as_json)
 
@@ -115,7 +120,10 @@ def detect_copy_suppression_cmd(model: Optional[str] = MODEL,
                                                                     "corpus documents)."),
                                 n_texts: int = typer.Option(64, "--n-texts", help="Documents to use."),
                                 seq_len: int = typer.Option(128, "--seq-len", help="Tokens per document window."),
-                                tokens: int = typer.Option(2048, "--tokens", help="Token sample for OV/QK circuits."),
+                                circuit_tokens: int = typer.Option(2048, "--circuit-tokens", help="Token sample for the "
+                                                                   "OV/QK circuits."),
+                                token_source: str = typer.Option("auto", "--tokens", help="Pool of that sample: auto | "
+                                                                 "corpus | vocab (as for `detect induction`)."),
                                 k: int = typer.Option(10, "--k", help="Top/bottom-k for the OV and QK circuit scores."),
                                 min_attention: float = typer.Option(0.2, "--min-attention", help="Top non-sink key "
                                                                     "weight at which a position counts as attended."),
@@ -133,9 +141,10 @@ def detect_copy_suppression_cmd(model: Optional[str] = MODEL,
 
     docs = tuple(read_documents(texts)) if texts else None
     cfg = CopySuppressionConfig(n_texts=n_texts, seq_len=seq_len, texts=docs, seed=seed, batch_size=batch_size,
-                                tokens=tokens, k=k, embedding=embedding, min_attention=min_attention,
+                                tokens=circuit_tokens, token_source=token_source, k=k, embedding=embedding,
+                                min_attention=min_attention,
                                 heads=_heads(heads), n_candidates=candidates, mode=mode, n_boot=n_boot)
-    _run(model, device, dtype, out, "copy-suppression", 1 + n_texts,
+    _run(model, device, dtype, out, "copy-suppression", lambda m: 1 + n_texts,
          lambda m, advance: detect_copy_suppression(m, cfg, progress=advance), copy_suppression_figures,
          _print_copy_suppression, as_json)
 

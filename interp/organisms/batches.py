@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Dict, List, Sequence, Tuple
+from collections.abc import Sequence
 
 import torch
 from tokenizers import Tokenizer
@@ -13,17 +13,18 @@ from .tokenizer import BOS, EOS, encode_pieces, token_counter
 
 # Fraction of documents of each type (the first document of each sequence is
 # drawn from this mix; the space left after it is packed from the same mix).
-DEFAULT_MIX: Dict[str, float] = {
-    "needle": 0.4, "induction": 0.2, "salad": 0.1, "tokens": 0.05, "list": 0.1, "filler": 0.15,
+DEFAULT_MIX: dict[str, float] = {
+    "needle": 0.4, "induction": 0.15, "salad": 0.1, "tokens": 0.1, "list": 0.1, "filler": 0.15,
 }
 # Mix of the first ``warm_steps`` steps: mostly verbatim repeats of strings of random
 # vocabulary words ("tokens" documents), which makes induction heads form early (the
 # corpus mix alone, even with 75% word-salad repeats, left them unformed after 250 steps).
-WARM_MIX: Dict[str, float] = {"tokens": 0.5, "salad": 0.2, "needle": 0.3}
+WARM_MIX: dict[str, float] = {"tokens": 0.5, "salad": 0.2, "needle": 0.3}
 ANSWER_WEIGHT = 5.0
+NUMBER_RATE = 0.25
 
 
-def vocab_words(tok: Tokenizer) -> List[str]:
+def vocab_words(tok: Tokenizer) -> list[str]:
     """Every vocabulary entry that is a space plus letters (e.g. ``" lantern"``, ``" lan"``)."""
     out = []
     for t in sorted(tok.get_vocab(), key=tok.token_to_id):
@@ -34,11 +35,19 @@ def vocab_words(tok: Tokenizer) -> List[str]:
 
 
 def tokens_doc(words: Sequence[str]):
-    """(b) a string of uniformly random vocabulary words repeated verbatim 2-4 times."""
+    """(b) a string of random vocabulary words and numbers repeated verbatim 2-4 times.
 
-    def build(r: random.Random, budget: int, count) -> List[Tuple[str, str]]:
+    Numbers (a quarter of the items) train digit-by-digit copying, which the needle
+    answers need (a first run without them retrieved the first digit of far needles
+    but not the rest).
+    """
+
+    def build(r: random.Random, budget: int, count) -> list[tuple[str, str]]:
         reps = r.choice((2, 3, 4))
-        chosen = [r.choice(words) for _ in range(max(1, budget // reps))]
+        chosen = [
+            r.choice(words) if r.random() > NUMBER_RATE else " " + str(r.randint(0, 9999))
+            for _ in range(max(1, budget // reps))
+        ]
         passage = "".join(chosen)
         while count(passage) * reps > budget and len(chosen) > 1:
             chosen = chosen[: max(1, min(len(chosen) - 1, int(len(chosen) * 0.85)))]
@@ -53,7 +62,7 @@ def tokens_doc(words: Sequence[str]):
 class Packer:
     """Builds ``(input_ids, labels, weights)`` for one optimisation step."""
 
-    def __init__(self, tok: Tokenizer, mix: Dict[str, float] | None = None,
+    def __init__(self, tok: Tokenizer, mix: dict[str, float] | None = None,
                  answer_weight: float = ANSWER_WEIGHT):
         self.tok = tok
         self.mix = dict(mix or DEFAULT_MIX)
@@ -63,7 +72,7 @@ class Packer:
         self.bos = tok.token_to_id(BOS)
         self.eos = tok.token_to_id(EOS)
         self._count = token_counter(tok)
-        self._cache: Dict[str, int] = {}
+        self._cache: dict[str, int] = {}
         self.builders = dict(DOC_BUILDERS, tokens=tokens_doc(vocab_words(tok)))
 
     def count(self, text: str) -> int:
@@ -74,7 +83,7 @@ class Packer:
                 self._cache[text] = c
         return c
 
-    def sequence(self, r: random.Random, length: int) -> Tuple[List[int], List[str]]:
+    def sequence(self, r: random.Random, length: int) -> tuple[list[int], list[str]]:
         """``length + 1`` token ids (starting with BOS) and their tags."""
         ids, tags = [self.bos], ["text"]
         first = True
@@ -110,5 +119,5 @@ class Packer:
         return ids[:, :-1], ids[:, 1:], w, _mask(rows, "answer"), _mask(rows, "copy")
 
 
-def _mask(rows: Sequence[Tuple[List[int], List[str]]], tag: str) -> torch.Tensor:
+def _mask(rows: Sequence[tuple[list[int], list[str]]], tag: str) -> torch.Tensor:
     return torch.tensor([[t == tag for t in r[1][1:]] for r in rows], dtype=torch.bool)

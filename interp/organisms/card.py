@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List
 
 from .batches import ANSWER_WEIGHT
 
@@ -35,14 +34,14 @@ induction heads form early. Training sequence `row` of step `step` comes from
 [1e9, 2e9) (`corpus.heldout_seed`), never used in training."""
 
 
-def _metrics_lines(ev) -> List[str]:
+def _metrics_lines(ev) -> list[str]:
     if not ev:
         return ["Not evaluated yet: run the eval command below."]
     n, c = ev["niah"], ev["copy"]
     lines = [
-        f"NIAH recall (greedy, {n['max_new_tokens']} new tokens, {n['n_per_cell']} held-out prompts "
+        (f"NIAH recall (greedy, {n['max_new_tokens']} new tokens, {n['n_per_cell']} held-out prompts "
         f"per cell, one needle): **{n['recall']:.3f}** overall "
-        f"(target >= {ev['targets']['niah_recall']}: {'met' if ev['met']['niah_recall'] else 'NOT met'}).",
+        f"(target >= {ev['targets']['niah_recall']}: {'met' if ev['met']['niah_recall'] else 'NOT met'})."),
         "",
         "| length \\ depth | " + " | ".join(str(d) for d in n["depths"]) + " | mean |",
         "|---" * (len(n["depths"]) + 2) + "|",
@@ -51,12 +50,17 @@ def _metrics_lines(ev) -> List[str]:
         row = n["cells"][str(length)]
         lines.append(f"| {length} | " + " | ".join(f"{row[str(d)]:.2f}" for d in n["depths"])
                      + f" | {n['by_length'][str(length)]:.3f} |")
+    if "first_digit" in n:
+        lines += ["", f"Diagnostic: the first generated digit equals the value's first digit in "
+                      f"{n['first_digit']:.3f} of the prompts (by length: "
+                      + ", ".join(f"{k}: {v:.2f}" for k, v in n["first_digit_by_length"].items())
+                      + "); recall needs all four digits in order."]
     lines += [
         "",
-        f"In-context copying ({c['n_seqs']} sequences of {c['seq_len']} random token ids, repeated "
+        (f"In-context copying ({c['n_seqs']} sequences of {c['seq_len']} random token ids, repeated "
         f"twice): first-copy loss {c['first_copy_loss']:.3f} nats, second-copy loss "
         f"{c['second_copy_loss']:.3f} nats, **gap {c['gap_nats']:.3f} nats** (target >= "
-        f"{ev['targets']['copy_gap_nats']}: {'met' if ev['met']['copy_gap_nats'] else 'NOT met'}).",
+        f"{ev['targets']['copy_gap_nats']}: {'met' if ev['met']['copy_gap_nats'] else 'NOT met'})."),
         "",
         f"Measured with: `{ev['command']}` ({ev['eval_seconds']:.0f} s on one CPU thread).",
     ]
@@ -72,33 +76,33 @@ def render_card(info: dict) -> str:
     lines = [
         f"# {info['name']}",
         "",
-        f"A tiny model organism for mechanistic-interpretability tests of the `interp` package: "
-        f"{_ARCH[cfg['arch']]}, trained from scratch on CPU. Toy model; not for any real use.",
+        (f"A tiny model organism for mechanistic-interpretability tests of the `interp` package: "
+        f"{_ARCH[cfg['arch']]}, trained from scratch on CPU. Toy model; not for any real use."),
         "",
         "## Architecture",
         "",
-        f"- {cfg['layers']} layers, hidden {cfg['hidden']}, {heads}, head_dim {cfg['head_dim']}, "
-        f"MLP {cfg['intermediate']}{rope}, max positions {cfg['max_positions']}, tied embeddings",
+        (f"- {cfg['layers']} layers, hidden {cfg['hidden']}, {heads}, head_dim {cfg['head_dim']}, "
+        f"MLP {cfg['intermediate']}{rope}, max positions {cfg['max_positions']}, tied embeddings"),
         f"- {tr['n_params']:,} parameters, fp32 `model.safetensors`",
-        "- tokenizer: shared byte-level BPE (`data/organisms/tokenizer`, 1024 ids, every digit its "
-        "own token, `<s>`=0 prepended by the tokenizer, `</s>`=1, `<pad>`=2)",
+        ("- tokenizer: shared byte-level BPE (`data/organisms/tokenizer`, 1024 ids, every digit its "
+        "own token, `<s>`=0 prepended by the tokenizer, `</s>`=1, `<pad>`=2)"),
         "",
         "## Training",
         "",
         _CORPUS.format(aw=cfg.get("answer_weight", ANSWER_WEIGHT)),
         "",
-        f"- corpus mix (document-type probabilities): "
+        "- corpus mix (document-type probabilities): "
         + ", ".join(f"{k} {v:g}" for k, v in sorted(cfg["mix"].items())),
         f"- warm-up mix for the first {cfg.get('warm_steps', 0)} steps: "
         + ", ".join(f"{k} {v:g}" for k, v in sorted(cfg.get("warm_mix", {}).items())),
-        f"- curriculum (sequence length x steps): "
+        "- curriculum (sequence length x steps): "
         + ", ".join(f"{n}x{s}" for n, s in cfg["curriculum"])
         + f"; {cfg['tokens_per_step']} tokens per step",
-        f"- init std {cfg.get('init_std', 0.02):g}; AdamW lr {cfg['lr']:g} (warmup {cfg['warmup']}, cosine to {cfg['min_lr_frac']:g}x), "
-        f"betas (0.9, 0.95), weight decay {cfg['weight_decay']:g}, grad clip {cfg['grad_clip']:g}",
-        f"- seed {cfg['seed']}, {tr['steps']} steps, {tr['tokens_seen']:,} tokens, "
+        (f"- init std {cfg.get('init_std', 0.02):g}; AdamW lr {cfg['lr']:g} (warmup {cfg['warmup']}, cosine to {cfg['min_lr_frac']:g}x), "
+        f"betas (0.9, 0.95), weight decay {cfg['weight_decay']:g}, grad clip {cfg['grad_clip']:g}"),
+        (f"- seed {cfg['seed']}, {tr['steps']} steps, {tr['tokens_seen']:,} tokens, "
         f"{tr['train_seconds'] / 60:.1f} min on {info['environment']['threads']} CPU thread(s) "
-        f"(torch {info['environment']['torch']}); deterministic for a given seed on CPU",
+        f"(torch {info['environment']['torch']}); deterministic for a given seed on CPU"),
         f"- final training LM loss (mean of last logging window): {tr['final_lm_loss']}",
         "",
         "| step | seq len | LM loss | needle answer token acc | loss on repeated spans |",
@@ -126,8 +130,8 @@ def render_card(info: dict) -> str:
         f"python -m interp.organisms eval {info['name']}",
         "```",
         "",
-        "Load with `transformers.AutoModelForCausalLM.from_pretrained(dir)` and "
-        "`transformers.AutoTokenizer.from_pretrained(dir)`.",
+        ("Load with `transformers.AutoModelForCausalLM.from_pretrained(dir)` and "
+        "`transformers.AutoTokenizer.from_pretrained(dir)`."),
         "",
     ]
     return "\n".join(lines)
@@ -157,7 +161,7 @@ Everything here is generated; numbers are measured by the eval command, never ty
 
 ```
 python -m interp.organisms tokenizer          # data/organisms/tokenizer
-python -m interp.organisms build tiny-qwen2   # ~30-45 min on one CPU thread
+python -m interp.organisms build tiny-qwen2   # ~25 min on one CPU thread
 python -m interp.organisms eval tiny-qwen2    # NIAH + copy metrics into the card
 ```
 
@@ -165,6 +169,19 @@ NIAH prompts use `interp.organisms.corpus.make_niah_prompt` with held-out seeds
 (integers in [1e9, 2e9), never used in training); the question ends with
 `"... The secret code of the <key> is"` and the expected continuation is `" <4 digits>"`.
 Targets: NIAH recall >= 0.95, second-copy loss >= 3 nats below first-copy loss.
+The table below says what was measured; a target that is not met is marked "NOT met" in
+the model card.
+
+## Recipe notes
+
+- The budget is ~25 minutes of one CPU thread per model, so induction heads must form
+  early. With the plain corpus mix (and even with mostly word-salad repeats for the
+  first 250 steps) they had not formed after several hundred steps; the warm-up mix of
+  random vocabulary strings repeated 2-4 times at length 64 fixed that.
+- An earlier tiny-qwen2 trained without numbers in those repeated strings retrieved the
+  first digit of a far needle but then repeated digits instead of copying the rest, and
+  passed only when the needle sat right before the question; numbers were added to the
+  `tokens` documents (`batches.NUMBER_RATE`).
 
 ## Models
 """
@@ -172,8 +189,8 @@ Targets: NIAH recall >= 0.95, second-copy loss >= 3 nats below first-copy loss.
 
 def write_index(data_dir) -> Path:
     d = Path(data_dir)
-    lines = [_INDEX_HEAD, "| model | arch | params | trained lengths | train min | NIAH recall "
-             "(by length) | copy gap (nats) | sha256 (model.safetensors) |", "|---" * 8 + "|"]
+    lines = [_INDEX_HEAD, ("| model | arch | params | trained lengths | train min | NIAH recall "
+             "(by length) | copy gap (nats) | sha256 (model.safetensors) |"), "|---" * 8 + "|"]
     for info_path in sorted(d.glob("*/organism.json")):
         info = json.loads(info_path.read_text())
         cfg, tr, ev = info["config"], info["training"], info.get("eval")

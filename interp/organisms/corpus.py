@@ -20,7 +20,13 @@ Needle convention (used by the NIAH harness)::
 
 The question restates the key phrase so that the answer is the direct
 continuation of the prompt; recall is scored by checking that the answer's
-digits (``answer.strip()``) appear in the greedy continuation.
+digits (``answer.strip()``) appear in the greedy continuation.  Filler text
+never contains " is " or digits (quantities are number words), so in a
+single-needle prompt the needle is the only place the answer can come from.
+
+Public helpers for the NIAH harness: :func:`make_haystack`, :func:`make_needle`
+(:func:`make_needle_full` for the key/value too), :func:`make_niah_prompt`,
+:func:`niah_pieces` (tagged pieces, for token-level spans) and :func:`heldout_seed`.
 
 Seeds: integer seeds in ``[HELDOUT_SEED_MIN, HELDOUT_SEED_MAX)`` are reserved
 for evaluation.  Training never uses integer seeds: it draws every sequence from
@@ -32,54 +38,30 @@ namespace; see :func:`train_rng`), and the tokenizer is fitted on
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple, Union
 
-Piece = Tuple[str, str]
-RngLike = Union[int, str, random.Random]
+Piece = tuple[str, str]
+RngLike = int | str | random.Random
 
 HELDOUT_SEED_MIN = 1_000_000_000
 HELDOUT_SEED_MAX = 2_000_000_000
 
-NAMES = (
-    "Alice Bob Carol David Emma Frank Grace Henry Irene Jack Karen Leo Maria Nathan "
-    "Olivia Peter Quinn Rosa Samuel Tina Victor Wendy Xavier Yara Zoe Oscar Hannah Ivan "
-    "Julia Kevin Laura Martin Nora Paul Ruth Simon Uma Walter Helen George"
-).split()
-ADJECTIVES = (
-    "red blue green yellow silver golden purple orange black white old new tiny huge "
-    "quiet loud bright dark warm cold heavy light soft shiny dusty wooden broken hidden "
-    "ancient narrow wide gentle brave clever lazy happy sad strange famous small"
-).split()
-NOUNS = (
-    "lantern door window table chair book river garden bridge tower ship wagon basket "
-    "candle mirror clock key map bottle coin ring shell stone feather drum bell kettle "
-    "ladder blanket cup hat boot road forest hill lake island castle market cabin barn "
-    "horse bird cat dog rabbit tiger dragon robot engine rocket piano violin painting "
-    "letter statue compass anchor helmet shield lamp mountain village"
-).split()
-PLACES = (
-    "Riverton Oakvale Stonebridge Maplewood Ashford Brookside Clearwater Dunmore Elmstead "
-    "Fairhaven Greystone Highmoor Lakeshore Millbrook Northwick"
-).split()
-VERBS = (
-    "found painted carried opened closed cleaned repaired sold bought watched visited "
-    "moved dropped lifted borrowed hid built followed counted drew"
-).split()
+NAMES = ["Alice", "Bob", "Carol", "David", "Emma", "Frank", "Grace", "Henry", "Irene", "Jack", "Karen", "Leo", "Maria", "Nathan", "Olivia", "Peter", "Quinn", "Rosa", "Samuel", "Tina", "Victor", "Wendy", "Xavier", "Yara", "Zoe", "Oscar", "Hannah", "Ivan", "Julia", "Kevin", "Laura", "Martin", "Nora", "Paul", "Ruth", "Simon", "Uma", "Walter", "Helen", "George"]
+ADJECTIVES = ["red", "blue", "green", "yellow", "silver", "golden", "purple", "orange", "black", "white", "old", "new", "tiny", "huge", "quiet", "loud", "bright", "dark", "warm", "cold", "heavy", "light", "soft", "shiny", "dusty", "wooden", "broken", "hidden", "ancient", "narrow", "wide", "gentle", "brave", "clever", "lazy", "happy", "sad", "strange", "famous", "small"]
+NOUNS = ["lantern", "door", "window", "table", "chair", "book", "river", "garden", "bridge", "tower", "ship", "wagon", "basket", "candle", "mirror", "clock", "key", "map", "bottle", "coin", "ring", "shell", "stone", "feather", "drum", "bell", "kettle", "ladder", "blanket", "cup", "hat", "boot", "road", "forest", "hill", "lake", "island", "castle", "market", "cabin", "barn", "horse", "bird", "cat", "dog", "rabbit", "tiger", "dragon", "robot", "engine", "rocket", "piano", "violin", "painting", "letter", "statue", "compass", "anchor", "helmet", "shield", "lamp", "mountain", "village"]
+PLACES = ["Riverton", "Oakvale", "Stonebridge", "Maplewood", "Ashford", "Brookside", "Clearwater", "Dunmore", "Elmstead", "Fairhaven", "Greystone", "Highmoor", "Lakeshore", "Millbrook", "Northwick"]
+VERBS = ["found", "painted", "carried", "opened", "closed", "cleaned", "repaired", "sold", "bought", "watched", "visited", "moved", "dropped", "lifted", "borrowed", "hid", "built", "followed", "counted", "drew"]
 TIMES = (
     "in the morning", "at noon", "in the evening", "at night", "on Monday", "on Friday",
     "last winter", "last summer", "before dinner", "after lunch", "at dawn", "yesterday",
 )
-DAYS = "Monday Tuesday Wednesday Thursday Friday Saturday Sunday morning evening".split()
-COLORS = "red blue green yellow silver golden purple orange black white pink brown".split()
-ANIMALS = "horse bird cat dog rabbit tiger dragon fox owl goat sheep mouse bear wolf deer".split()
+DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday", "morning", "evening"]
+COLORS = ["red", "blue", "green", "yellow", "silver", "golden", "purple", "orange", "black", "white", "pink", "brown"]
+ANIMALS = ["horse", "bird", "cat", "dog", "rabbit", "tiger", "dragon", "fox", "owl", "goat", "sheep", "mouse", "bear", "wolf", "deer"]
 # Needle key phrases are (adjective, noun) pairs drawn from these lists.
-NEEDLE_ADJECTIVES = COLORS + "wooden hidden ancient shiny dusty broken famous strange".split()
-NEEDLE_NOUNS = (
-    "lantern door window table chair book bridge tower ship wagon basket candle mirror "
-    "clock key map bottle coin ring shell stone feather drum bell kettle ladder blanket "
-    "cup hat boot castle cabin piano violin painting statue compass anchor helmet shield lamp"
-).split()
+NEEDLE_ADJECTIVES = COLORS + ["wooden", "hidden", "ancient", "shiny", "dusty", "broken", "famous", "strange"]
+NEEDLE_NOUNS = ["lantern", "door", "window", "table", "chair", "book", "bridge", "tower", "ship", "wagon", "basket", "candle", "mirror", "clock", "key", "map", "bottle", "coin", "ring", "shell", "stone", "feather", "drum", "bell", "kettle", "ladder", "blanket", "cup", "hat", "boot", "castle", "cabin", "piano", "violin", "painting", "statue", "compass", "anchor", "helmet", "shield", "lamp"]
 
 _FILLER_TEMPLATES = (
     "{N} {V} the {a} {n} {T}.",
@@ -154,17 +136,17 @@ def make_sentence(rng: RngLike) -> str:
     return " " + text
 
 
-def make_sentences(rng: RngLike, n: int) -> List[str]:
+def make_sentences(rng: RngLike, n: int) -> list[str]:
     r = as_rng(rng)
     return [make_sentence(r) for _ in range(n)]
 
 
 def make_haystack(
-    n_sentences: Optional[int] = None,
+    n_sentences: int | None = None,
     rng: RngLike = 0,
     *,
-    n_tokens: Optional[int] = None,
-    count_tokens: Optional[Callable[[str], int]] = None,
+    n_tokens: int | None = None,
+    count_tokens: Callable[[str], int] | None = None,
 ) -> str:
     """Filler text (a haystack) with a leading space.
 
@@ -181,7 +163,7 @@ def _approx_tokens(text: str) -> int:
     return max(1, round(1.25 * len(text.split()) + text.count(",") + text.count(".")))
 
 
-def _haystack_sentences(n_sentences, rng, n_tokens, count_tokens) -> List[str]:
+def _haystack_sentences(n_sentences, rng, n_tokens, count_tokens) -> list[str]:
     r = as_rng(rng)
     if (n_sentences is None) == (n_tokens is None):
         raise ValueError("give exactly one of n_sentences / n_tokens")
@@ -224,7 +206,7 @@ def make_needle_full(rng: RngLike, exclude_keys: Sequence[str] = ()) -> Needle:
     )
 
 
-def make_needle(rng: RngLike) -> Tuple[str, str, str]:
+def make_needle(rng: RngLike) -> tuple[str, str, str]:
     """``(needle_sentence, question, answer)``; ``question + answer`` is a true continuation."""
     n = make_needle_full(rng)
     return n.sentence, n.question, n.answer
@@ -234,13 +216,13 @@ def niah_pieces(
     rng: RngLike,
     depth: float,
     *,
-    n_sentences: Optional[int] = None,
-    n_tokens: Optional[int] = None,
-    count_tokens: Optional[Callable[[str], int]] = None,
+    n_sentences: int | None = None,
+    n_tokens: int | None = None,
+    count_tokens: Callable[[str], int] | None = None,
     n_distractors: int = 0,
-    needle: Optional[Needle] = None,
-    distractors: Optional[Sequence[Needle]] = None,
-) -> Tuple[List[Piece], Needle]:
+    needle: Needle | None = None,
+    distractors: Sequence[Needle] | None = None,
+) -> tuple[list[Piece], Needle]:
     """Pieces of a NIAH prompt: haystack with the needle at ``depth`` then the question.
 
     ``depth`` in [0, 1] is the fraction of haystack sentences placed before the
@@ -265,11 +247,11 @@ def niah_pieces(
         fixed += sum(count(d.sentence) for d in distractors)
         budget = max(0, n_tokens - fixed)
     hay = _haystack_sentences(n_sentences, r, budget, count_tokens)
-    pieces: List[Piece] = [(s, "text") for s in hay]
+    pieces: list[Piece] = [(s, "text") for s in hay]
     for d in distractors:
         pieces.insert(r.randint(0, len(pieces)), (d.sentence, "distractor"))
     # depth counts haystack sentences (distractors included) before the needle
-    pos = int(round(depth * len(pieces)))
+    pos = round(depth * len(pieces))
     pieces.insert(pos, (target.sentence, "needle"))
     pieces.append((target.question, "question"))
     return pieces, target
@@ -279,9 +261,9 @@ def make_niah_prompt(
     depth: float,
     rng: RngLike,
     *,
-    n_sentences: Optional[int] = None,
-    n_tokens: Optional[int] = None,
-    count_tokens: Optional[Callable[[str], int]] = None,
+    n_sentences: int | None = None,
+    n_tokens: int | None = None,
+    count_tokens: Callable[[str], int] | None = None,
     n_distractors: int = 0,
 ) -> dict:
     """A full NIAH prompt.
@@ -311,136 +293,13 @@ def make_niah_prompt(
     }
 
 
-# ----------------------------------------------------------------------------- documents
-# Each builder returns pieces.  ``count`` is a per-piece token counter and
-# ``budget`` a token budget the document must not exceed (the caller packs).
-
-
-def needle_doc(r: random.Random, budget: int, count: Callable[[str], int]) -> List[Piece]:
-    """(a) 0-3 distractor needles plus one target needle at a random depth, then the Q/A.
-
-    Some documents go on to ask about (some of) the distractors too, each
-    question followed by its answer.
-    """
-    n_distractors = r.choice((0, 0, 1, 1, 2, 3))
-    distractors = []
-    for _ in range(n_distractors):
-        distractors.append(make_needle_full(r, [d.key for d in distractors]))
-    target = make_needle_full(r, [d.key for d in distractors])
-    extra = r.sample(distractors, r.randint(0, n_distractors))
-    qa_len = sum(count(n.question) + count(n.answer) + 1 for n in extra)
-    answer_len = count(target.answer) + 1
-    pieces, _ = niah_pieces(
-        r, r.random(), n_tokens=budget - answer_len - qa_len, count_tokens=count,
-        needle=target, distractors=distractors,
-    )
-    pieces += [(target.answer, "answer"), (".", "text")]
-    for n in extra:
-        pieces += [(n.question, "question"), (n.answer, "answer"), (".", "text")]
-    return pieces
-
-
-def _word_salad(r: random.Random, n: int) -> str:
-    pools = (NOUNS, ADJECTIVES, NAMES, VERBS, PLACES)
-    words = []
-    for _ in range(n):
-        u = r.random()
-        if u < 0.03:
-            words.append(str(r.randint(0, 9999)))
-        elif u < 0.08:
-            words.append(r.choice(",.;:!?"))
-        else:
-            words.append(r.choice(r.choice(pools)))
-    return "".join(w if w in ",.;:!?" else " " + w for w in words)
-
-
-def salad_doc(r: random.Random, budget: int, count: Callable[[str], int]) -> List[Piece]:
-    """(b) a word-salad passage repeated verbatim 2-4 times (pure in-context copying)."""
-    reps = r.choice((2, 2, 3, 4))
-    n = max(2, int(budget / reps / 1.3))
-    passage = _word_salad(r, n)
-    while count(passage) * reps > budget and n > 2:
-        n = int(n * 0.85)
-        passage = _word_salad(r, n)
-    if count(passage) * reps > budget:
-        return filler_doc(r, budget, count)
-    return [(passage, "text")] + [(passage, "copy")] * (reps - 1)
-
-
-def induction_doc(r: random.Random, budget: int, count: Callable[[str], int],
-                  salad: Optional[bool] = None) -> List[Piece]:
-    """(b) a passage (prose or word salad), an optional gap, then the passage verbatim."""
-    gap = make_sentences(r, r.choice((0, 0, 1, 3))) if budget > 64 else []
-    gap_len = sum(count(s) for s in gap)
-    half = max(4, (budget - gap_len) // 2)
-    if salad is None:
-        salad = r.random() < 0.5
-    if not salad:
-        sents = _haystack_sentences(None, r, half, count)
-        if not sents:
-            return filler_doc(r, budget, count)
-        passage = "".join(sents)
-    else:
-        n = max(2, int(half / 1.4))
-        passage = _word_salad(r, n)
-        while count(passage) > half and n > 2:
-            n = int(n * 0.85)
-            passage = _word_salad(r, n)
-    if 2 * count(passage) + gap_len > budget:
-        gap = []
-    return [(passage, "text")] + [(s, "text") for s in gap] + [(passage, "copy")]
-
-
-_LIST_HEADS = (
-    ("Guests arriving", NAMES),
-    ("Colors on the flag", COLORS),
-    ("Animals in the barn", ANIMALS),
-    ("Towns on the route", PLACES),
+# The document builders live in .documents; re-exported here for convenience.
+from .documents import (  # noqa: F401
+    DOC_BUILDERS,
+    filler_doc,
+    induction_doc,
+    list_doc,
+    needle_doc,
+    salad_doc,
+    sample_text,
 )
-
-
-def list_doc(r: random.Random, budget: int, count: Callable[[str], int]) -> List[Piece]:
-    """(c) lists drawn without replacement (copy suppression), sometimes from an invitation list."""
-    head, pool = r.choice(_LIST_HEADS)
-    pieces: List[Piece] = []
-    if r.random() < 0.5:
-        pool = r.sample(pool, r.randint(4, min(12, len(pool))))
-        pieces.append((f" Invited: {', '.join(pool)}.", "text"))
-        head = "Arrived"
-    items = r.sample(pool, r.randint(2, len(pool)))
-    pieces.append((f" {head}: {items[0]}", "text"))
-    pieces += [(f", {x}", "text") for x in items[1:]]
-    pieces.append((".", "text"))
-    out, total = [], 0
-    for p in pieces:
-        c = count(p[0])
-        if total + c > budget:
-            break
-        out.append(p)
-        total += c
-    return out
-
-
-def filler_doc(r: random.Random, budget: int, count: Callable[[str], int]) -> List[Piece]:
-    """(d) plain filler prose."""
-    return [(s, "text") for s in _haystack_sentences(None, r, budget, count)]
-
-
-DOC_BUILDERS = {
-    "needle": needle_doc,
-    "induction": induction_doc,
-    "salad": salad_doc,
-    "list": list_doc,
-    "filler": filler_doc,
-}
-
-
-def sample_text(rng: RngLike, n_docs: int = 1) -> List[str]:
-    """Plain-text documents of all types (used to fit the tokenizer)."""
-    r = as_rng(rng)
-    out = []
-    for _ in range(n_docs):
-        kind = r.choice(sorted(DOC_BUILDERS))
-        pieces = DOC_BUILDERS[kind](r, r.choice((64, 128, 256)), _approx_tokens)
-        out.append("".join(p for p, _ in pieces))
-    return out

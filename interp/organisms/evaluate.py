@@ -16,10 +16,11 @@ in ``organism.json`` and re-renders the model card and the index README.
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +36,7 @@ TARGET_RECALL = 0.95
 TARGET_COPY_GAP = 3.0
 
 
-def load_organism(path: Union[str, Path]):
+def load_organism(path: str | Path):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(path), attn_implementation="sdpa")
@@ -43,22 +44,22 @@ def load_organism(path: Union[str, Path]):
     return model, load_tokenizer(path)
 
 
-def default_lengths(max_len: int) -> List[int]:
+def default_lengths(max_len: int) -> list[int]:
     return sorted({n for n in (256, 512, 1024, 2048) if n < max_len} | {max_len})
 
 
 @torch.no_grad()
-def greedy(model, ids: List[int], max_new_tokens: int = MAX_NEW_TOKENS) -> List[int]:
-    x = torch.tensor([ids])
-    out = model(input_ids=x, use_cache=True)
-    past, new = out.past_key_values, []
+def greedy(model, ids: list[int], max_new_tokens: int = MAX_NEW_TOKENS) -> list[int]:
+    # transformers >= 5.2x names the KV cache ``cache``; older versions ``past_key_values``
+    key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    out = model(input_ids=torch.tensor([ids]), use_cache=True)
+    new = []
     nxt = out.logits[0, -1].argmax().item()
     for i in range(max_new_tokens):
         new.append(nxt)
         if i + 1 == max_new_tokens:
             break
-        out = model(input_ids=torch.tensor([[nxt]]), past_key_values=past, use_cache=True)
-        past = out.past_key_values
+        out = model(input_ids=torch.tensor([[nxt]]), use_cache=True, **{key: out[key]})
         nxt = out.logits[0, -1].argmax().item()
     return new
 
@@ -67,11 +68,13 @@ def niah_eval(model, tok, lengths: Sequence[int], depths: Sequence[float] = DEPT
               n_per_cell: int = 20, log=print) -> dict:
     count = token_counter(tok)
     answer_len = count(" 0000")
-    cells: Dict[str, Dict[str, float]] = {}
-    hits_all = total_all = 0
+    cells: dict[str, dict[str, float]] = {}
+    hits_all = total_all = first_all = 0
+    first_by_len: dict[str, float] = {}
     failures = []
     for li, length in enumerate(lengths):
         cells[str(length)] = {}
+        first_len = 0
         for di, depth in enumerate(depths):
             hits = 0
             for i in range(n_per_cell):
@@ -83,21 +86,25 @@ def niah_eval(model, tok, lengths: Sequence[int], depths: Sequence[float] = DEPT
                 out = tok.decode(greedy(model, ids))
                 ok = p["answer"].strip() in out
                 hits += ok
+                first_len += out.strip()[:1] == p["value"][0]
                 if not ok and len(failures) < 10:
                     failures.append({"length": length, "depth": depth, "seed": seed,
                                      "answer": p["answer"], "output": out})
             cells[str(length)][str(depth)] = hits / n_per_cell
             hits_all += hits
             total_all += n_per_cell
+        first_by_len[str(length)] = first_len / (n_per_cell * len(depths))
+        first_all += first_len
         log(f"  NIAH len {length}: " + " ".join(f"d{d}={v:.2f}" for d, v in cells[str(length)].items()))
     by_len = {k: sum(v.values()) / len(v) for k, v in cells.items()}
     by_depth = {str(d): sum(cells[str(n)][str(d)] for n in lengths) / len(lengths) for d in depths}
     return {"recall": hits_all / total_all, "by_length": by_len, "by_depth": by_depth,
             "cells": cells, "n_per_cell": n_per_cell, "lengths": list(lengths),
-            "depths": list(depths), "max_new_tokens": MAX_NEW_TOKENS, "failures": failures}
+            "depths": list(depths), "max_new_tokens": MAX_NEW_TOKENS, "failures": failures,
+            "first_digit": first_all / total_all, "first_digit_by_length": first_by_len}
 
 
-def corpus_token_ids(tok, n_docs: int = 300) -> List[int]:
+def corpus_token_ids(tok, n_docs: int = 300) -> list[int]:
     """Ids occurring in a held-out corpus sample (special tokens excluded)."""
     seen = set()
     for i in range(n_docs):
@@ -127,9 +134,9 @@ def copy_eval(model, tok, seq_len: int = COPY_LEN, n_seqs: int = COPY_SEQS, batc
             "n_candidate_ids": len(ids)}
 
 
-def evaluate(path: Union[str, Path], lengths: Optional[Sequence[int]] = None,
+def evaluate(path: str | Path, lengths: Sequence[int] | None = None,
              n_per_cell: int = 20, threads: int = 1, write: bool = True,
-             command: Optional[str] = None, log=print) -> dict:
+             command: str | None = None, log=print) -> dict:
     from .card import write_card, write_index
     from .train import DATA_DIR, INFO_FILE
 

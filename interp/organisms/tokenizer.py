@@ -16,10 +16,19 @@ loads it as a ``PreTrainedTokenizerFast``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, List, Union
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import (
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
 
 from .corpus import sample_text
 
@@ -35,7 +44,7 @@ PRETOKEN_PATTERN = (
     r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
 )
 
-PathLike = Union[str, Path]
+PathLike = str | Path
 
 
 def _corpus(n_docs: int) -> Iterator[str]:
@@ -103,14 +112,14 @@ def token_counter(tok: Tokenizer):
     return count
 
 
-def encode_pieces(tok: Tokenizer, pieces) -> tuple[List[int], List[str]]:
+def encode_pieces(tok: Tokenizer, pieces) -> tuple[list[int], list[str]]:
     """Encode ``(text, tag)`` pieces; returns ids and a per-token tag list (no BOS)."""
     texts = [p for p, _ in pieces]
     if not texts:
         return [], []
     encs = tok.encode_batch(texts, add_special_tokens=False)
-    ids: List[int] = []
-    tags: List[str] = []
+    ids: list[int] = []
+    tags: list[str] = []
     for enc, (_, tag) in zip(encs, pieces):
         ids.extend(enc.ids)
         tags.extend([tag] * len(enc.ids))

@@ -12,9 +12,9 @@ import json
 import math
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +42,7 @@ class OrganismConfig:
     rope_theta: float = 1e4
     max_positions: int = 2048
     # curriculum: (sequence length, optimisation steps) in order
-    curriculum: List[Tuple[int, int]] = field(default_factory=lambda: [(128, 10)])
+    curriculum: list[tuple[int, int]] = field(default_factory=lambda: [(128, 10)])
     tokens_per_step: int = 4096
     lr: float = 4e-3
     min_lr_frac: float = 0.1
@@ -50,9 +50,9 @@ class OrganismConfig:
     weight_decay: float = 0.05
     grad_clip: float = 1.0
     seed: int = 0
-    mix: Dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
+    mix: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_MIX))
     warm_steps: int = 300
-    warm_mix: Dict[str, float] = field(default_factory=lambda: dict(WARM_MIX))
+    warm_mix: dict[str, float] = field(default_factory=lambda: dict(WARM_MIX))
     answer_weight: float = ANSWER_WEIGHT
 
     @property
@@ -66,7 +66,7 @@ class OrganismConfig:
 
 CURRICULUM = [(64, 300), (128, 500), (256, 400), (512, 300), (1024, 300)]
 
-ORGANISMS: Dict[str, OrganismConfig] = {
+ORGANISMS: dict[str, OrganismConfig] = {
     "tiny-qwen2": OrganismConfig(
         name="tiny-qwen2", arch="qwen2", heads=8, kv_heads=2, rope_theta=1e6,
         curriculum=list(CURRICULUM), seed=1,
@@ -77,12 +77,12 @@ ORGANISMS: Dict[str, OrganismConfig] = {
     ),
     "tiny-gpt2": OrganismConfig(
         name="tiny-gpt2", arch="gpt2", heads=4, kv_heads=4, max_positions=1024,
-        curriculum=list(CURRICULUM), seed=3,
+        curriculum=[(64, 300), (128, 500), (256, 400), (512, 300), (1024, 200)], seed=3,
     ),
 }
 
 
-def get_config(name_or_cfg: Union[str, OrganismConfig, dict]) -> OrganismConfig:
+def get_config(name_or_cfg: str | OrganismConfig | dict) -> OrganismConfig:
     if isinstance(name_or_cfg, OrganismConfig):
         return name_or_cfg
     if isinstance(name_or_cfg, dict):
@@ -96,8 +96,8 @@ def get_config(name_or_cfg: Union[str, OrganismConfig, dict]) -> OrganismConfig:
 
 def hf_config(cfg: OrganismConfig, vocab_size: int, bos: int, eos: int, pad: int):
     """The transformers config for an organism."""
-    common = dict(vocab_size=vocab_size, bos_token_id=bos, eos_token_id=eos, pad_token_id=pad,
-                  tie_word_embeddings=True, initializer_range=cfg.init_std)
+    common = {"vocab_size": vocab_size, "bos_token_id": bos, "eos_token_id": eos, "pad_token_id": pad,
+                  "tie_word_embeddings": True, "initializer_range": cfg.init_std}
     if cfg.arch == "qwen2":
         from transformers import Qwen2Config
 
@@ -139,7 +139,7 @@ def build_model(cfg: OrganismConfig, vocab_size: int, bos: int = 0, eos: int = 1
     return model
 
 
-def sha256_file(path: Union[str, Path]) -> str:
+def sha256_file(path: str | Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -155,7 +155,7 @@ def _lr_at(cfg: OrganismConfig, step: int) -> float:
     return cfg.lr * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
-def _schedule(cfg: OrganismConfig, steps: Optional[int]) -> List[int]:
+def _schedule(cfg: OrganismConfig, steps: int | None) -> list[int]:
     lengths = [length for length, n in cfg.curriculum for _ in range(n)]
     return lengths if steps is None else lengths[:steps]
 
@@ -171,7 +171,7 @@ def _optimizer(model, cfg: OrganismConfig):
     )
 
 
-def get_tokenizer(tokenizer_dir: Optional[Union[str, Path]] = None):
+def get_tokenizer(tokenizer_dir: str | Path | None = None):
     """The shared tokenizer: loaded from ``tokenizer_dir`` if present, else fitted (deterministic)."""
     d = Path(tokenizer_dir) if tokenizer_dir else TOKENIZER_DIR
     if (d / "tokenizer.json").exists():
@@ -180,15 +180,15 @@ def get_tokenizer(tokenizer_dir: Optional[Union[str, Path]] = None):
 
 
 def train(
-    config: Union[str, OrganismConfig, dict],
-    out_dir: Union[str, Path],
-    steps: Optional[int] = None,
+    config: str | OrganismConfig | dict,
+    out_dir: str | Path,
+    steps: int | None = None,
     *,
-    tokenizer_dir: Optional[Union[str, Path]] = None,
+    tokenizer_dir: str | Path | None = None,
     log: Callable[[str], None] = print,
     log_every: int = 25,
     threads: int = 1,
-    command: Optional[str] = None,
+    command: str | None = None,
 ) -> dict:
     """Train an organism and save it (HF format + card) into ``out_dir``.
 

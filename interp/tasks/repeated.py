@@ -17,7 +17,7 @@ import torch
 
 from ..errors import InvalidInputError
 
-TOKEN_SOURCES = ("vocab", "corpus")
+TOKEN_SOURCES = ("auto", "vocab", "corpus")
 
 
 @dataclass
@@ -92,29 +92,42 @@ def build_repeated_batches(pool: Sequence[int], config: RepeatedConfig, bos_id: 
             for i, length in enumerate(config.lengths)]
 
 
-def token_pool(model, source: str | Sequence[int] = "vocab", n_docs: int = 200) -> list[int]:
+def resolve_source(model, source: str | Sequence[int]) -> str:
+    """'auto' is 'corpus' for a model with a tokenizer, else 'vocab'; explicit ids are 'ids'."""
+    if not isinstance(source, str):
+        return "ids"
+    if source == "auto":
+        return "corpus" if model.tokenizer is not None else "vocab"
+    return source
+
+
+def token_pool(model, source: str | Sequence[int] = "auto", n_docs: int = 200) -> list[int]:
     """Token ids to draw from.
 
     "vocab": every id of the vocabulary except the tokenizer's special tokens.
     "corpus": ids that occur in `n_docs` held-out documents of interp's corpus generator, tokenized
-        with the model's tokenizer (what the bundled organisms were trained on).
+        with the model's tokenizer: tokens the model has seen in ordinary text (a vocabulary also
+        holds tokens a model never trained on, e.g. unused byte tokens of the organisms' BPE, whose
+        huge losses would swamp the copy), what the bundled organisms were trained on.
+    "auto": "corpus" when the model has a tokenizer, else "vocab".
     A sequence of ids is used as given (validated against the vocabulary).
     """
     vocab = model.spec.d_vocab
     special = set(getattr(model.tokenizer, "all_special_ids", None) or []) if model.tokenizer is not None else set()
-    if isinstance(source, str):
-        if source == "vocab":
-            return [t for t in range(vocab) if t not in special]
-        if source == "corpus":
-            if model.tokenizer is None:
-                raise InvalidInputError("token source 'corpus' needs a tokenizer; pass token ids or use 'vocab'")
-            from ..organisms import corpus
+    kind = resolve_source(model, source)
+    if kind == "vocab":
+        return [t for t in range(vocab) if t not in special]
+    if kind == "corpus":
+        if model.tokenizer is None:
+            raise InvalidInputError("token source 'corpus' needs a tokenizer; pass token ids or use 'vocab'")
+        from ..organisms import corpus
 
-            seen: set[int] = set()
-            for i in range(n_docs):
-                for text in corpus.sample_text(corpus.heldout_seed(800_000 + i), 1):
-                    seen.update(model.tokenizer(text, add_special_tokens=False)["input_ids"])
-            return sorted(t for t in seen if t not in special and 0 <= t < vocab)
+        seen: set[int] = set()
+        for i in range(n_docs):
+            for text in corpus.sample_text(corpus.heldout_seed(800_000 + i), 1):
+                seen.update(model.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return sorted(t for t in seen if t not in special and 0 <= t < vocab)
+    if kind != "ids":
         raise InvalidInputError(f"unknown token source {source!r}; valid: {', '.join(TOKEN_SOURCES)} or a list of ids")
     ids = sorted({int(t) for t in source})
     bad = [t for t in ids if not 0 <= t < vocab]
