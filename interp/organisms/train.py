@@ -77,7 +77,8 @@ ORGANISMS: dict[str, OrganismConfig] = {
     ),
     "tiny-gpt2": OrganismConfig(
         name="tiny-gpt2", arch="gpt2", heads=4, kv_heads=4, max_positions=1024,
-        curriculum=[(64, 300), (128, 500), (256, 400), (512, 300), (1024, 200)], seed=3,
+        curriculum=[(64, 400), (128, 700), (256, 400), (512, 200)], warm_steps=400, lr=3e-3,
+        seed=3,
     ),
 }
 
