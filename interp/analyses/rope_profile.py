@@ -15,7 +15,6 @@ layer-clustered permutation test (labels permuted within layers).
 
 from __future__ import annotations
 
-import random
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -64,20 +63,9 @@ class RopeProfileResult:
 
 
 def _texts(model, config) -> list[list[int]]:
-    from ..organisms.corpus import make_sentence
+    from ..tasks.text import corpus_passages
 
-    tok = model.tokenizer
-    if tok is None:
-        raise InvalidInputError("rope-profile needs a tokenizer to encode corpus text")
-    bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
-    out = []
-    for i in range(config.n_texts):
-        r = random.Random(f"rope-profile/{config.seed}/{i}")
-        ids = list(bos)
-        while len(ids) < config.n_tokens:
-            ids += tok(make_sentence(r), add_special_tokens=False)["input_ids"]
-        out.append(ids[:config.n_tokens])
-    return out
+    return corpus_passages(model.tokenizer, config.n_texts, config.n_tokens, f"rope-profile/{config.seed}")
 
 
 def pair_usage(q: torch.Tensor, k: torch.Tensor, rope) -> torch.Tensor:

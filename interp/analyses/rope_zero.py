@@ -86,19 +86,10 @@ def corpus_loss_per_text(model, texts_ids: list[list[int]], interventions=(), ba
 
 
 def _task_texts(model, config: RopeZeroConfig) -> list[list[int]]:
-    from ..organisms.corpus import make_sentence
-    import random
+    from ..tasks.text import corpus_passages
 
-    tok = model.tokenizer
-    bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
-    out = []
-    for i in range(config.task_texts):
-        r = random.Random(f"rope-task/{config.niah.first_seed}/{i}")
-        ids = list(bos)
-        while len(ids) < config.task_tokens:
-            ids += tok(make_sentence(r), add_special_tokens=False)["input_ids"]
-        out.append(ids[:config.task_tokens])
-    return out
+    return corpus_passages(model.tokenizer, config.task_texts, config.task_tokens,
+                           f"rope-task/{config.niah.first_seed}")
 
 
 def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence[NiahSample] | None = None,

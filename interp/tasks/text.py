@@ -52,3 +52,22 @@ def read_documents(path: str) -> list[str]:
         raise InvalidInputError(f"{path}: no such file")
     docs = [d.strip() for d in p.read_text().split("\n\n")]
     return [d for d in docs if d]
+
+
+def corpus_passages(tokenizer, n_texts: int, n_tokens: int, key: str) -> list[list[int]]:
+    """`n_texts` passages of exactly `n_tokens` ids ([BOS] + corpus sentences), seeded by `key`."""
+    import random
+
+    from ..organisms.corpus import make_sentence
+
+    if tokenizer is None:
+        raise InvalidInputError("this analysis needs a tokenizer to encode corpus text")
+    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    out = []
+    for i in range(n_texts):
+        r = random.Random(f"{key}/{i}")
+        ids = list(bos)
+        while len(ids) < n_tokens:
+            ids += tokenizer(make_sentence(r), add_special_tokens=False)["input_ids"]
+        out.append(ids[:n_tokens])
+    return out
