@@ -181,7 +181,13 @@ the model card.
 - An earlier tiny-qwen2 trained without numbers in those repeated strings retrieved the
   first digit of a far needle but then repeated digits instead of copying the rest, and
   passed only when the needle sat right before the question; numbers were added to the
-  `tokens` documents (`batches.NUMBER_RATE`).
+  `tokens` documents (`batches.NUMBER_RATE`). The RoPE models still retrieve the first
+  digit of a far needle but not the following digits in order (see the first-digit
+  diagnostic in their cards); at depth 1.0 they pass.
+- tiny-gpt2 (learned positions) did not form induction heads within its budget with this
+  recipe (two tries: lr 4e-3 up to 1024 tokens, then the bundled lr 3e-3 up to 512 tokens
+  with a longer short-context phase); its copy gap is about zero, so it is a negative
+  control rather than an induction organism until retrained with more steps.
 
 ## Models
 """
