@@ -52,3 +52,16 @@ def hf_out(hf, input_ids, mask=None, **kw):
 
 def logits_of(out):
     return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+def run_cli(args, capsys):
+    """Run the CLI in-process: (exit code, stdout, stderr with whitespace folded)."""
+    from interp.cli import main
+
+    code = 0
+    try:
+        main(args)
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, " ".join(out.err.split())

@@ -7,19 +7,10 @@ import torch
 import transformers as tf
 
 import interp
-from interp.cli import main
 from interp.errors import ModelNotFoundError, UnsupportedModelError
 from interp.tiny import tiny_random_hf
 
-
-def run_cli(args, capsys):
-    code = 0
-    try:
-        main(args)
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
+from .helpers import run_cli
 
 
 def _save_tiny(tmp_path, family="llama"):

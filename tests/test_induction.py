@@ -19,7 +19,7 @@ from interp.errors import InvalidInputError
 from interp.tasks.repeated import RepeatedConfig, build_repeated, build_repeated_batches, token_pool
 from interp.tiny import tiny_random_hf
 
-from .helpers import VARIANT_IDS, VARIANTS
+from .helpers import VARIANT_IDS, VARIANTS, run_cli
 from .planted import BOS, CONTENT, planted_model
 
 FAMILIES = ["llama", "qwen2", "gpt2"]
@@ -199,23 +199,11 @@ def test_final_norm_linearisation(family):
                                atol=1e-4, rtol=1e-4)
 
 
-def _cli(args, capsys):
-    from interp.cli import main
-
-    code = 0
-    try:
-        main(args)
-    except SystemExit as e:
-        code = e.code
-    out = capsys.readouterr()
-    return code, out.out, " ".join(out.err.split())
-
-
 def test_cli_induction_writes_results(tmp_path, capsys):
     import json
 
     o = tmp_path / "o"
-    code, out, err = _cli(["detect", "induction", "-m", "tiny-random-gpt2", "--lengths", "6", "--seqs", "3",
+    code, out, err = run_cli(["detect", "induction", "-m", "tiny-random-gpt2", "--lengths", "6", "--seqs", "3",
                            "--heads", "L1H1", "--draws", "1", "--copy-tokens", "40", "--n-boot", "100", "--json",
                            "--out", str(o)], capsys)
     assert code == 0, err
@@ -238,7 +226,7 @@ def test_cli_induction_writes_results(tmp_path, capsys):
     (["detect", "copy-suppression", "--texts", "/no/such.txt"], "/no/such.txt: no such file"),
 ])
 def test_cli_bad_input_exits_2(args, msg, capsys, tmp_path):
-    code, _, err = _cli(args + ["--out", str(tmp_path / "o")], capsys)
+    code, _, err = run_cli(args + ["--out", str(tmp_path / "o")], capsys)
     assert code == 2, err
     assert msg in err and "Traceback" not in err
 
