@@ -31,6 +31,7 @@ test-slow: setup
 bench: setup
 	$(PY) bench/overhead.py
 	$(PY) bench/store.py
+	$(PY) bench/detect.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
@@ -38,12 +39,16 @@ clean:
 # The numbers in the README's results section (bundled organisms and minilm-l6), into runs/results/.
 results: setup
 	for m in tiny-qwen2 tiny-llama; do \
-		$(VENV)/bin/interp detect retrieval --model $$m --lengths 512,1024 --out runs/results/$$m/retrieval && \
+		$(VENV)/bin/interp detect retrieval --model $$m --lengths 512,1024 --seeds 8 --out runs/results/$$m/retrieval && \
 		$(VENV)/bin/interp ablate --model $$m --heads retrieval --from runs/results/$$m/retrieval \
-			--lengths 512,1024 --draws 5 --out runs/results/$$m/ablate && \
+			--lengths 512,1024 --seeds 8 --draws 5 --out runs/results/$$m/ablate && \
 		$(VENV)/bin/interp rope-zero --model $$m --heads retrieval --from runs/results/$$m/retrieval \
-			--dims 0,4,8,16,32 --out runs/results/$$m/rope-zero && \
+			--lengths 512,1024 --seeds 4 --dims 0,4,8,16,32 --out runs/results/$$m/rope-zero && \
 		$(VENV)/bin/interp rope-profile --model $$m --heads retrieval --from runs/results/$$m/retrieval \
 			--out runs/results/$$m/rope-profile || exit 1; \
+	done
+	for m in tiny-qwen2 tiny-llama tiny-gpt2; do \
+		$(VENV)/bin/interp detect induction --model $$m --out runs/results/$$m/induction && \
+		$(VENV)/bin/interp detect copy-suppression --model $$m --out runs/results/$$m/copy-suppression || exit 1; \
 	done
 	$(VENV)/bin/interp probe --model minilm-l6 --out runs/results/minilm-l6/probe

@@ -100,8 +100,17 @@ def test_minilm_encoder_loads_and_matches_plain_bert():
     (["ablate", "--needles", "/no/such.jsonl"], "--needles /no/such.jsonl: no such file"),
     (["ablate", "--heads", "L1X"], "bad head id"),
     (["detect", "retrieval", "--model", "tiny-random-qwen2"], "NIAH needs a tokenizer"),
+    (["detect", "retrieval", "--model", "no-such-model"], "no-such-model"),
+    (["ablate", "--heads", "L9H0"], "is outside the model: layers are 0..3, heads 0..7"),
+    (["ablate", "--heads", "L0H8", "--model", "tiny-llama"], "is outside the model: layers are 0..3, heads 0..3"),
+    (["ablate", "--heads", "L0H0", "--lengths", "24"], "is too short for the needle and question"),
+    (["ablate", "--heads", "L0H0", "--needles", "NEEDLES_MISSING_FIELD"], "missing or empty string field(s)"),
 ])
 def test_analysis_cli_bad_input_exits_2(args, msg, capsys, tmp_path):
+    if "NEEDLES_MISSING_FIELD" in args:
+        bad = tmp_path / "needles.jsonl"
+        bad.write_text(json.dumps({"needle": "The code is 7.", "question": "What is the code?"}) + "\n")
+        args = [str(bad) if a == "NEEDLES_MISSING_FIELD" else a for a in args]
     code, out, err = run_cli(args + ["--out", str(tmp_path / "o")], capsys)
     assert code == 2, err
     assert msg in " ".join(err.split())

@@ -130,7 +130,7 @@ def test_corpus_token_pool_uses_the_tokenizer():
     hf_tok = AutoTokenizer.from_pretrained(TOKENIZER_DIR)
     model = interp.Model(tiny_random_hf("llama"), tokenizer=hf_tok)
     pool = token_pool(model, "corpus", n_docs=20)
-    assert 20 < len(pool) < 96 and max(pool) < 96  # ids outside this tiny model's vocabulary are dropped
+    assert 10 < len(pool) < 96 and max(pool) < 96  # ids outside this tiny model's vocabulary are dropped
     vocab = token_pool(model, "vocab")
     assert set(pool) < set(vocab) and not set(hf_tok.all_special_ids) & set(vocab)
     assert token_pool(model, "auto", n_docs=20) == pool

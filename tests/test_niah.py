@@ -101,6 +101,7 @@ class _Spec:
 def test_retrieval_score_counts_distinct_copied_needle_positions():
     """Hand-built top-1 positions: only in-span positions holding the generated token count."""
     class S:  # a minimal sample
+        id = "s0"
         needle_span = (2, 6)
         answer_ids = [7, 8]
 
@@ -124,3 +125,23 @@ def test_retrieval_score_counts_distinct_copied_needle_positions():
     rec.end_batch(gen)
     score = rec.sample_scores[0]
     np.testing.assert_allclose(score, [[1.0, 0.5], [0.5, 0.0]])
+
+
+def test_recorder_returns_scores_in_the_callers_sample_order():
+    """Decoding groups samples by context length; per_sample must undo that grouping."""
+    class S:
+        def __init__(self, sid, span):
+            self.id, self.needle_span, self.answer_ids = sid, span, [7]
+
+    a, b = S("a", (0, 2)), S("b", (2, 4))
+    rec = RetrievalRecorder()
+    rec.spec = _Spec()
+    ids = torch.tensor([[7, 1, 2, 3], [1, 2, 7, 3]])
+    rec.begin_batch([b, a], ids[[1, 0]], torch.ones(2, 4, dtype=torch.long))  # decoded as (b, a)
+    # one step: every head of row 0 (b) looks at 2 (b's copy), row 1 (a) at 3 (not a copy)
+    rec._argmax.append(torch.tensor([[[2, 2], [3, 3]], [[2, 2], [3, 3]]]))  # [L, b, H]
+    rec._stream.append(torch.zeros(2, 2, 2))
+    rec.end_batch(torch.tensor([[7], [7]]))
+    scores, _ = rec.per_sample([a, b])
+    np.testing.assert_allclose(scores[0], 0.0)  # a copied nothing
+    np.testing.assert_allclose(scores[1], 1.0)  # b copied its one answer token with every head

@@ -107,15 +107,15 @@ def test_niah_prompt_consistency(depth, tok):
         assert p["needle"] == f" The secret code of the {p['key']} is {p['value']}."
         assert p["question"].endswith(f"The secret code of the {p['key']} is")
         assert p["prompt"].endswith(p["question"])
-        assert p["answer"] == " " + p["value"] and re.fullmatch(r"\d{4}", p["value"])
-        assert p["prompt"].count(p["value"]) == 1
+        assert p["answer"] == " " + p["value"] and p["value"] in corpus.CODE_WORDS
+        assert len(tok.encode(p["answer"], add_special_tokens=False).ids) == 1  # one lookup
+        assert p["prompt"].count(" is " + p["value"]) == 1  # only the needle says which word it is
         assert len(tok.encode(p["prompt"], add_special_tokens=False).ids) <= 300
         if depth == 0.0:
             assert s == 0
         if depth == 1.0:
             assert e + len(p["question"]) == len(p["prompt"])
-        ans = tok.encode(p["answer"], add_special_tokens=False).tokens
-        assert ans[1:] == list(p["value"])
+        assert tok.encode(p["answer"], add_special_tokens=False).tokens == ["Ġ" + p["value"]]
 
 
 def test_make_needle_tuple():

@@ -52,18 +52,18 @@ def test_detection_equals_eager_recomputation(name):
 
 @pytest.mark.parametrize("name", ["tiny-qwen2", "tiny-llama"])
 def test_masking_retrieval_heads_breaks_recall_but_random_heads_do_not(name):
-    """The causal claim in the regime where the organism does retrieve (see its model card for the
-    full NIAH grid): masking the detected heads removes recall, and does so more than masking matched
-    random heads. (On these 4-layer organisms, layer-0 heads matter for everything, so matched random
-    heads hurt too; the README reports the numbers.)"""
+    """The causal claim on a small NIAH grid (needle first, middle, last): the organisms retrieve at
+    every depth, a minority of heads is detected, masking them removes recall, and does so more than
+    masking matched random heads. (In tiny-qwen2, matched random heads hurt too: 7 of the 8 layer-2
+    heads are retrieval heads, so the draws spill into layers 1 and 3; the README reports the numbers.)"""
     _require(name)
     model = interp.load_model(name)
     spec = model.spec
-    niah = NiahConfig(context_lengths=(256,), depths=(1.0,), n_seeds=16)
+    niah = NiahConfig(context_lengths=(256,), depths=(0.0, 0.5, 1.0), n_seeds=6)
     samples = build_niah(model.tokenizer, niah)
     det = detect_retrieval_heads(model, RetrievalConfig(niah=niah), samples=samples)
-    assert det.baseline_recall >= 0.6
-    assert 0 < len(det.heads) < spec.n_layers * spec.n_heads / 4
+    assert det.baseline_recall >= 0.9
+    assert 0 < len(det.heads) < spec.n_layers * spec.n_heads / 3
     abl = run_ablation(model, AblationConfig(heads=det.head_ids(), niah=niah, mode="zero", draws=3, n_boot=2000,
                                              n_perm=2000), samples=samples)
     base = abl.condition("baseline").recall["mean"]

@@ -59,6 +59,7 @@ class AblationResult:
     config: dict
     provenance: dict
     detection: dict | None = None
+    distinct_draws: int = 0  # distinct matched random head sets among the draws
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -110,7 +111,15 @@ def run_ablation(model, config: AblationConfig, samples: Sequence[NiahSample] | 
 
     per_cond: dict[str, np.ndarray] = {}
     prefix: dict[str, np.ndarray] = {}
+    done: dict[frozenset, str] = {}  # a head set already run (draws can coincide when few heads are left)
     for name, hs in plan:
+        key = frozenset(hs)
+        if key in done:  # deterministic decoding: the same set gives the same outcomes
+            per_cond[name], prefix[name] = per_cond[done[key]], prefix[done[key]]
+            if progress is not None:
+                progress(len(samples))
+            continue
+        done[key] = name
         ivs = (AblateHeads(hs, mode=config.mode, means=means),) if hs else ()
         outs = run_niah(model, samples, interventions=ivs, decode_only=config.decode_only,
                         batch_size=config.batch_size, max_new_tokens=config.niah.max_new_tokens, progress=progress)
@@ -147,4 +156,5 @@ def run_ablation(model, config: AblationConfig, samples: Sequence[NiahSample] | 
         scope="decode" if config.decode_only else "prefill+decode", intervention=iv, conditions=conditions,
         random_pooled=pooled, shortfall_by_layer={str(k): v for k, v in draws.shortfall_by_layer.items()},
         sample_ids=[s.id for s in samples], config=cfg, provenance=provenance(model), detection=detection,
+        distinct_draws=len({frozenset(d) for d in draws.draws}),
     )

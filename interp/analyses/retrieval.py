@@ -11,12 +11,14 @@ samples whose answer was recalled, as in the original).
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 
 import numpy as np
 import torch
 
+from ..errors import InvalidInputError
 from ..interventions import Intervention
 from ..rows import compute_rows
 from ..tasks.niah import NiahConfig, NiahSample, build_niah
@@ -33,8 +35,9 @@ class RetrievalRecorder(Intervention):
     def __init__(self, sink: int = 4, recent: int = 64):
         super().__init__(None)
         self.sink, self.recent = sink, recent
-        self.sample_scores: list[np.ndarray] = []  # per sample [L, H]
+        self.sample_scores: list[np.ndarray] = []  # per sample [L, H], in decode (batch) order
         self.sample_streaming: list[np.ndarray] = []
+        self.sample_ids: list[str] = []  # the sample id of each entry above
 
     def begin_batch(self, samples: Sequence[NiahSample], ids: torch.Tensor, mask: torch.Tensor):
         self._samples, self._ids, self._mask = samples, ids, mask
@@ -76,6 +79,18 @@ class RetrievalRecorder(Intervention):
                 score[l, h] = min(1.0, distinct / max(1, len(s.answer_ids)))
             self.sample_scores.append(score)
             self.sample_streaming.append(stream[:T, :, row].mean(0).numpy())
+            self.sample_ids.append(s.id)
+
+    def per_sample(self, samples: Sequence[NiahSample]) -> tuple[np.ndarray, np.ndarray]:
+        """Scores and streaming scores ``[N, L, H]`` in the order of ``samples``.
+
+        Decoding groups samples by context length, so the recorder sees them in batch
+        order; this puts them back in the caller's order (the order of the outcomes).
+        """
+        where = {sid: i for i, sid in enumerate(self.sample_ids)}
+        order = [where[s.id] for s in samples]
+        return (np.stack([self.sample_scores[i] for i in order]),
+                np.stack([self.sample_streaming[i] for i in order]))
 
 
 @dataclass
@@ -114,7 +129,7 @@ class RetrievalResult:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RetrievalResult":
+    def from_dict(cls, d: dict) -> RetrievalResult:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
@@ -130,11 +145,15 @@ def detect_retrieval_heads(model, config: RetrievalConfig | None = None, samples
     rec.bind(model)
     outcomes: list[NiahOutcome] = run_niah(model, samples, recorder=rec, batch_size=config.batch_size,
                                            max_new_tokens=config.niah.max_new_tokens, progress=progress)
-    scores = np.stack(rec.sample_scores)  # [N, L, H]
-    stream = np.stack(rec.sample_streaming)
+    if len({s.id for s in samples}) != len(samples):
+        raise InvalidInputError("NIAH sample ids must be unique (they pair scores with outcomes)")
+    scores, stream = rec.per_sample(samples)  # [N, L, H], in the order of `samples` and `outcomes`
     ok = np.array([o.recall for o in outcomes])
     use = ok if config.only_successful else np.ones_like(ok)
     if use.sum() == 0:
+        warnings.warn("no NIAH sample was recalled, so every retrieval score is 0 (scores average "
+                      "the recalled samples); use only_successful=False (--all-samples) or an easier "
+                      "NIAH grid", stacklevel=2)
         mean, smean = np.zeros(scores.shape[1:]), stream.mean(0)
     else:
         mean, smean = scores[use].mean(0), stream[use].mean(0)

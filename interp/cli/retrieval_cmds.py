@@ -118,6 +118,7 @@ def resolve_target_heads(heads: str, m, niah, threshold: float, from_dir, batch_
     """--heads retrieval (detected now, or read from --from DIR) | random | ids | FILE -> (heads, source, detection)."""
     import random
 
+    from ..stats.heads import _as_pair
     from ..types import HeadId, as_heads
 
     if heads == "retrieval":
@@ -144,6 +145,8 @@ def resolve_target_heads(heads: str, m, niah, threshold: float, from_dir, batch_
         target = tuple(sorted(HeadId(*divmod(i, m.spec.n_heads)) for i in rng.sample(range(total), k)))
         return target, f"random ({k} heads, seed {seed})", None
     target, source = _heads_from(heads, m, from_dir)
+    for h in target:  # fail before any decoding, with the model's bounds in the message
+        _as_pair(h, m.spec.n_layers, m.spec.n_heads, "selected")
     return target, source, None
 
 
@@ -208,4 +211,8 @@ def _print_ablation(res, out):
                   "-" if v is None else f"{v['p_value']:.3g}", "-" if v is None else f"{v['cohens_d']:.2f}")
     c = Console(stderr=True)
     c.print(t)
+    n_draws = len(res.conditions) - 2
+    if n_draws > 1 and res.distinct_draws < n_draws:
+        c.print(f"note: only {res.distinct_draws} distinct layer-matched random head set(s) among the {n_draws} "
+                "draws (few non-target heads in those layers); identical draws were run once")
     c.print(f"written to {out}/")

@@ -14,7 +14,8 @@ from .tokenizer import BOS, EOS, encode_pieces, token_counter
 # Fraction of documents of each type (the first document of each sequence is
 # drawn from this mix; the space left after it is packed from the same mix).
 DEFAULT_MIX: dict[str, float] = {
-    "needle": 0.4, "induction": 0.15, "salad": 0.1, "tokens": 0.1, "list": 0.1, "filler": 0.15,
+    "needle": 0.25, "recall": 0.25, "induction": 0.15, "salad": 0.05, "tokens": 0.1, "list": 0.1,
+    "filler": 0.1,
 }
 # Mix of the first ``warm_steps`` steps: mostly verbatim repeats of strings of random
 # vocabulary words ("tokens" documents), which makes induction heads form early (the

@@ -17,9 +17,12 @@ _CORPUS = """\
 Procedural English-like corpus from `interp/organisms/corpus.py` (seeded `random.Random`;
 templated sentences over ~250 words, names, places and number words):
 (a) `needle` documents: 0-3 distractor needles plus one target needle
-`" The secret code of the <adj> <noun> is <4 digits>."` at a random depth in filler,
-then `" What is the secret code of the <adj> <noun>? The secret code of the <adj> <noun> is"`
-and the answer `" <4 digits>."`, sometimes followed by questions about the distractors
+`" The secret code of the <adj> <noun> is <code word>."` (code word: one of 55 names and
+towns, a single token) at a random depth in filler, then
+`" What is the secret code of the <adj> <noun>? The secret code of the <adj> <noun> is"`
+and the answer `" <code word>."`, sometimes followed by questions about the distractors;
+`recall` documents: 2-8 needles scattered through filler, then questions about most of
+them in random order (multi-query associative recall, after Arora et al. 2023)
 (answer tokens weighted x{aw:g} in the loss);
 (b) `induction`: a passage (prose or word salad) repeated verbatim, sometimes after a gap;
 `salad`: a word-salad passage repeated 2-4 times; `tokens`: a string of uniformly random
@@ -50,11 +53,11 @@ def _metrics_lines(ev) -> list[str]:
         row = n["cells"][str(length)]
         lines.append(f"| {length} | " + " | ".join(f"{row[str(d)]:.2f}" for d in n["depths"])
                      + f" | {n['by_length'][str(length)]:.3f} |")
-    if "first_digit" in n:
-        lines += ["", f"Diagnostic: the first generated digit equals the value's first digit in "
-                      f"{n['first_digit']:.3f} of the prompts (by length: "
-                      + ", ".join(f"{k}: {v:.2f}" for k, v in n["first_digit_by_length"].items())
-                      + "); recall needs all four digits in order."]
+    if "exact_prefix" in n:
+        lines += ["", f"Exact prefix (the continuation starts with the answer): "
+                      f"{n['exact_prefix']:.3f} (by length: "
+                      + ", ".join(f"{k}: {v:.2f}" for k, v in n["exact_prefix_by_length"].items())
+                      + ")."]
     lines += [
         "",
         (f"In-context copying ({c['n_seqs']} sequences of {c['seq_len']} random token ids, repeated "
@@ -161,33 +164,36 @@ Everything here is generated; numbers are measured by the eval command, never ty
 
 ```
 python -m interp.organisms tokenizer          # data/organisms/tokenizer
-python -m interp.organisms build tiny-qwen2   # ~25 min on one CPU thread
+python -m interp.organisms build tiny-qwen2   # ~40 min on one CPU thread
 python -m interp.organisms eval tiny-qwen2    # NIAH + copy metrics into the card
 ```
 
 NIAH prompts use `interp.organisms.corpus.make_niah_prompt` with held-out seeds
 (integers in [1e9, 2e9), never used in training); the question ends with
-`"... The secret code of the <key> is"` and the expected continuation is `" <4 digits>"`.
+`"... The secret code of the <key> is"` and the expected continuation is `" <code word>"`.
 Targets: NIAH recall >= 0.95, second-copy loss >= 3 nats below first-copy loss.
 The table below says what was measured; a target that is not met is marked "NOT met" in
 the model card.
 
 ## Recipe notes
 
-- The budget is ~25 minutes of one CPU thread per model, so induction heads must form
-  early. With the plain corpus mix (and even with mostly word-salad repeats for the
-  first 250 steps) they had not formed after several hundred steps; the warm-up mix of
-  random vocabulary strings repeated 2-4 times at length 64 fixed that.
-- An earlier tiny-qwen2 trained without numbers in those repeated strings retrieved the
-  first digit of a far needle but then repeated digits instead of copying the rest, and
-  passed only when the needle sat right before the question; numbers were added to the
-  `tokens` documents (`batches.NUMBER_RATE`). The RoPE models still retrieve the first
-  digit of a far needle but not the following digits in order (see the first-digit
-  diagnostic in their cards); at depth 1.0 they pass.
-- tiny-gpt2 (learned positions) did not form induction heads within its budget with this
-  recipe (two tries: lr 4e-3 up to 1024 tokens, then the bundled lr 3e-3 up to 512 tokens
-  with a longer short-context phase); its copy gap is about zero, so it is a negative
-  control rather than an induction organism until retrained with more steps.
+- Induction heads must form within the budget (about 40 minutes of one CPU thread per
+  model). With the plain corpus mix (and even with mostly word-salad repeats for the
+  first 250 steps) they had not formed after several hundred steps; a warm-up mix of
+  random vocabulary strings repeated 2-4 times at length 64 helps, and in the first
+  builds the copy loss dropped (the phase change) only after ~1000 steps, at 256-512 tokens.
+- The first builds (session 1) used 4-digit codes (`" ... is 4821."`). Trained for
+  20-25 minutes, the RoPE models retrieved the *first* digit of a far needle at every
+  depth (96-100%) but never learned to copy the following digits in order (full-code
+  recall 0.05 below depth 1.0; at depth 1.0, 0.85-0.98). Codes with four different digits
+  and denser retrieval supervision (`recall` documents) did not change that within
+  900-step trial runs (session 2, answer-token accuracy flat, no induction yet). An
+  attention read-out showed why: the heads that found the needle attended to its last
+  digit (a summary position), and no head attended to the next digit while decoding.
+  Since then a code is one word token, so an answer is one lookup; multi-token copying
+  is measured separately by the copy evaluation (random tokens repeated twice).
+- tiny-gpt2 (learned positions) did not form induction heads within its budget in
+  session 1 (two tries), so it needs the longest short-context phase.
 
 ## Models
 """

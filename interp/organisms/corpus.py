@@ -13,16 +13,17 @@ for training and analysis: ``"needle"``, ``"question"``, ``"answer"``,
 
 Needle convention (used by the NIAH harness)::
 
-    needle   = " The secret code of the green lantern is 4821."
+    needle   = " The secret code of the green lantern is Oscar."
     question = " What is the secret code of the green lantern?"
                " The secret code of the green lantern is"
-    answer   = " 4821"
+    answer   = " Oscar"
 
 The question restates the key phrase so that the answer is the direct
-continuation of the prompt; recall is scored by checking that the answer's
-digits (``answer.strip()``) appear in the greedy continuation.  Filler text
-never contains " is " or digits (quantities are number words), so in a
-single-needle prompt the needle is the only place the answer can come from.
+continuation of the prompt; recall is scored by checking that the answer word
+(``answer.strip()``, one of :data:`CODE_WORDS`) appears in the greedy
+continuation.  Filler text never contains " is " or digits (quantities are
+number words), so in a single-needle prompt the needle is the only place that
+says which of the 55 code words is the answer (names and towns do occur in filler).
 
 Public helpers for the NIAH harness: :func:`make_haystack`, :func:`make_needle`
 (:func:`make_needle_full` for the key/value too), :func:`make_niah_prompt`,
@@ -182,11 +183,19 @@ def _haystack_sentences(n_sentences, rng, n_tokens, count_tokens) -> list[str]:
 
 @dataclass(frozen=True)
 class Needle:
-    sentence: str  # " The secret code of the green lantern is 4821."
+    sentence: str  # " The secret code of the green lantern is Oscar."
     question: str  # " What is the secret code of the green lantern? The secret code of the green lantern is"
-    answer: str  # " 4821"
+    answer: str  # " Oscar"
     key: str  # "green lantern"
-    value: str  # "4821"
+    value: str  # "Oscar"
+
+
+# Needle values: one capitalised word (a name or a town), a single token of the organism
+# tokenizer, so that an answer is one lookup.  The first organisms used 4-digit codes: trained
+# for up to 25 min they retrieved the first digit of a far needle (96-100% at every depth) but
+# never learned to copy the following digits in order (recall 0.05 below depth 1.0); see
+# data/organisms/README.md.
+CODE_WORDS = NAMES + PLACES
 
 
 def make_needle_full(rng: RngLike, exclude_keys: Sequence[str] = ()) -> Needle:
@@ -195,7 +204,7 @@ def make_needle_full(rng: RngLike, exclude_keys: Sequence[str] = ()) -> Needle:
         key = f"{r.choice(NEEDLE_ADJECTIVES)} {r.choice(NEEDLE_NOUNS)}"
         if key not in exclude_keys:
             break
-    value = str(r.randint(1000, 9999))
+    value = r.choice(CODE_WORDS)
     stem = f" The secret code of the {key} is"
     return Needle(
         sentence=f"{stem} {value}.",
@@ -270,7 +279,7 @@ def make_niah_prompt(
 
     Returns ``{"prompt", "answer", "needle", "question", "key", "value", "depth",
     "needle_char_span"}``; ``prompt`` ends with the question stem, so the answer
-    (``" 4821"``) is the expected continuation.  The tokenizer adds ``<s>``.
+    (``" Oscar"``) is the expected continuation.  The tokenizer adds ``<s>``.
     """
     pieces, needle = niah_pieces(
         rng, depth, n_sentences=n_sentences, n_tokens=n_tokens,

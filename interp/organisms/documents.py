@@ -55,6 +55,37 @@ def needle_doc(r: random.Random, budget: int, count: Callable[[str], int]) -> li
     return pieces
 
 
+def recall_doc(r: random.Random, budget: int, count: Callable[[str], int]) -> list[Piece]:
+    """(a') 2-8 needles scattered through filler, then questions about most of them.
+
+    A multi-query associative-recall document (after the MQAR task of Arora et al. 2023,
+    "Zoology"): many answers per document give a dense retrieval signal, and several
+    needles sharing digits force the lookup to go through the key, not the digits alone.
+    """
+    n = r.randint(2, 8)
+    needles: list = []
+    for _ in range(n):
+        needles.append(make_needle_full(r, [d.key for d in needles]))
+    asked = r.sample(needles, r.randint(max(1, n // 2), n))
+
+    def size(ns, qs):
+        return sum(count(x.sentence) for x in ns) + sum(
+            count(q.question) + count(q.answer) + 1 for q in qs)
+
+    while len(needles) > 1 and size(needles, asked) > budget * 0.6:
+        drop = needles.pop()
+        asked = [q for q in asked if q is not drop] or [needles[0]]
+    if size(needles, asked) > budget:
+        return filler_doc(r, budget, count)
+    hay = _haystack_sentences(None, r, budget - size(needles, asked), count)
+    pieces: list[Piece] = [(x, "text") for x in hay]
+    for nd in needles:
+        pieces.insert(r.randint(0, len(pieces)), (nd.sentence, "needle"))
+    for q in asked:
+        pieces += [(q.question, "question"), (q.answer, "answer"), (".", "text")]
+    return pieces
+
+
 def _word_salad(r: random.Random, n: int) -> str:
     pools = (NOUNS, ADJECTIVES, NAMES, VERBS, PLACES)
     words = []
@@ -143,6 +174,7 @@ def filler_doc(r: random.Random, budget: int, count: Callable[[str], int]) -> li
 
 DOC_BUILDERS = {
     "needle": needle_doc,
+    "recall": recall_doc,
     "induction": induction_doc,
     "salad": salad_doc,
     "list": list_doc,

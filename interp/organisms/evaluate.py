@@ -5,7 +5,7 @@ in ``organism.json`` and re-renders the model card and the index README.
 
 * NIAH: one needle in filler text, needle at depth 0, 0.25, 0.5, 0.75, 1.0,
   prompt lengths up to the longest trained length; greedy decoding of
-  ``MAX_NEW_TOKENS`` tokens; a hit when ``answer.strip()`` (the 4 digits) is in
+  ``MAX_NEW_TOKENS`` tokens; a hit when ``answer.strip()`` (the code word) is in
   the decoded continuation.  Prompts come from held-out integer seeds
   (``corpus.heldout_seed``), never used in training.
 * Copy: ``<s> R R`` with ``R`` = ``COPY_LEN`` token ids drawn uniformly (held-out
@@ -67,7 +67,7 @@ def greedy(model, ids: list[int], max_new_tokens: int = MAX_NEW_TOKENS) -> list[
 def niah_eval(model, tok, lengths: Sequence[int], depths: Sequence[float] = DEPTHS,
               n_per_cell: int = 20, log=print) -> dict:
     count = token_counter(tok)
-    answer_len = count(" 0000")
+    answer_len = max(count(" " + w) for w in corpus.CODE_WORDS)
     cells: dict[str, dict[str, float]] = {}
     hits_all = total_all = first_all = 0
     first_by_len: dict[str, float] = {}
@@ -86,7 +86,7 @@ def niah_eval(model, tok, lengths: Sequence[int], depths: Sequence[float] = DEPT
                 out = tok.decode(greedy(model, ids))
                 ok = p["answer"].strip() in out
                 hits += ok
-                first_len += out.strip()[:1] == p["value"][0]
+                first_len += out.startswith(p["answer"])
                 if not ok and len(failures) < 10:
                     failures.append({"length": length, "depth": depth, "seed": seed,
                                      "answer": p["answer"], "output": out})
@@ -101,7 +101,7 @@ def niah_eval(model, tok, lengths: Sequence[int], depths: Sequence[float] = DEPT
     return {"recall": hits_all / total_all, "by_length": by_len, "by_depth": by_depth,
             "cells": cells, "n_per_cell": n_per_cell, "lengths": list(lengths),
             "depths": list(depths), "max_new_tokens": MAX_NEW_TOKENS, "failures": failures,
-            "first_digit": first_all / total_all, "first_digit_by_length": first_by_len}
+            "exact_prefix": first_all / total_all, "exact_prefix_by_length": first_by_len}
 
 
 def corpus_token_ids(tok, n_docs: int = 300) -> list[int]:

@@ -64,7 +64,7 @@ class OrganismConfig:
         return max(length for length, _ in self.curriculum)
 
 
-CURRICULUM = [(64, 300), (128, 500), (256, 400), (512, 300), (1024, 300)]
+CURRICULUM = [(64, 300), (128, 500), (256, 700), (512, 600), (1024, 600)]
 
 ORGANISMS: dict[str, OrganismConfig] = {
     "tiny-qwen2": OrganismConfig(
@@ -77,7 +77,7 @@ ORGANISMS: dict[str, OrganismConfig] = {
     ),
     "tiny-gpt2": OrganismConfig(
         name="tiny-gpt2", arch="gpt2", heads=4, kv_heads=4, max_positions=1024,
-        curriculum=[(64, 400), (128, 700), (256, 400), (512, 200)], warm_steps=400, lr=3e-3,
+        curriculum=[(64, 500), (128, 800), (256, 800), (512, 600)], warm_steps=500, lr=3e-3,
         seed=3,
     ),
 }
