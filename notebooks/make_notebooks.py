@@ -24,7 +24,7 @@ def notebook(cells):
 QUICKSTART = [
     ("md", "# interp quick start\nLoad a model, read its spec, look at attention rows, ablate a head."),
     ("params", 'MODEL = "tiny-qwen2"  # any alias from `interp models`, a checkpoint dir, or a Hub id\n'
-               'TEXT = "The secret code of the red lantern is 4821. What is the secret code of the red lantern? '
+               'TEXT = "The secret code of the red lantern is Oscar. What is the secret code of the red lantern? '
                'The secret code of the red lantern is"'),
     ("code", "import interp\nmodel = interp.load_model(MODEL)\nmodel.spec"),
     ("code", "batch = model.tokenize([TEXT])\nnew = model.greedy_decode(batch, max_new_tokens=5)\n"

@@ -77,7 +77,7 @@ ORGANISMS: dict[str, OrganismConfig] = {
     ),
     "tiny-gpt2": OrganismConfig(
         name="tiny-gpt2", arch="gpt2", heads=4, kv_heads=4, max_positions=1024,
-        curriculum=[(64, 500), (128, 800), (256, 800), (512, 600)], warm_steps=500, lr=3e-3,
+        curriculum=[(64, 500), (128, 800), (256, 1200)], warm_steps=500, lr=3e-3,
         seed=3,
     ),
 }
