@@ -191,7 +191,11 @@ the model card.
   attention read-out showed why: the heads that found the needle attended to its last
   digit (a summary position), and no head attended to the next digit while decoding.
   Since then a code is one word token, so an answer is one lookup; multi-token copying
-  is measured separately by the copy evaluation (random tokens repeated twice).
+  is measured separately by the copy evaluation (random tokens repeated twice). With this
+  recipe tiny-qwen2 reached needle-answer accuracy 0.98 by step 525 and tiny-llama 0.95 by
+  step 1200. Two tiny-qwen2 variants were trained and not adopted: seed 11 (9 of 32 heads
+  detected as retrieval heads, vs 8 for the bundled build) and 4 query / 2 key-value heads
+  (no retrieval by step 1400, stopped).
 - tiny-gpt2 (learned positions) did not form induction heads within its budget in
   session 1 (two tries). In session 2, with the recipe above and a longer short-context
   phase, it formed them (copy gap 6.3 nats) and retrieved every needle at 256 tokens, but a
