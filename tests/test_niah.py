@@ -145,3 +145,24 @@ def test_recorder_returns_scores_in_the_callers_sample_order():
     scores, _ = rec.per_sample([a, b])
     np.testing.assert_allclose(scores[0], 0.0)  # a copied nothing
     np.testing.assert_allclose(scores[1], 1.0)  # b copied its one answer token with every head
+
+
+def test_niah_runs_decode_each_distinct_condition_once(monkeypatch):
+    from interp.analyses import niah_run
+
+    calls, ticks = [], []
+
+    def fake_run(model, samples, interventions=(), **kw):
+        calls.append(tuple(interventions))
+        kw["progress"](len(samples))
+        return [niah_run.NiahOutcome(s, "", [], len(calls) % 2 == 1, False) for s in samples]
+
+    monkeypatch.setattr(niah_run, "run_niah", fake_run)
+    runs = niah_run.NiahRuns(None, ["a", "b"], progress=ticks.append)
+    first = runs.recall(frozenset({1, 2}), ("iv",))
+    again = runs.recall(frozenset({2, 1}), ("other",))  # same key: stored outcomes, no decode
+    other = runs.recall(frozenset({3}), ("iv3",))
+    assert calls == [("iv",), ("iv3",)]
+    np.testing.assert_array_equal(first, again)
+    assert first.tolist() == [1.0, 1.0] and other.tolist() == [0.0, 0.0]
+    assert ticks == [2, 2, 2]  # progress advances for every planned condition

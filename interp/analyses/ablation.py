@@ -17,7 +17,7 @@ from ..errors import InvalidInputError
 from ..interventions import AblateHeads
 from ..tasks.niah import NiahConfig, NiahSample, build_niah
 from ..types import HeadId
-from .niah_run import run_niah
+from .niah_run import NiahRuns
 
 
 @dataclass
@@ -109,20 +109,13 @@ def run_ablation(model, config: AblationConfig, samples: Sequence[NiahSample] | 
     plan.append(("target", heads))
     plan += [(f"random-{i + 1}", tuple(HeadId(l, h) for l, h in d)) for i, d in enumerate(draws.draws)]
 
+    runs = NiahRuns(model, samples, batch_size=config.batch_size, max_new_tokens=config.niah.max_new_tokens,
+                    decode_only=config.decode_only, progress=progress)
     per_cond: dict[str, np.ndarray] = {}
     prefix: dict[str, np.ndarray] = {}
-    done: dict[frozenset, str] = {}  # a head set already run (draws can coincide when few heads are left)
     for name, hs in plan:
-        key = frozenset(hs)
-        if key in done:  # deterministic decoding: the same set gives the same outcomes
-            per_cond[name], prefix[name] = per_cond[done[key]], prefix[done[key]]
-            if progress is not None:
-                progress(len(samples))
-            continue
-        done[key] = name
         ivs = (AblateHeads(hs, mode=config.mode, means=means),) if hs else ()
-        outs = run_niah(model, samples, interventions=ivs, decode_only=config.decode_only,
-                        batch_size=config.batch_size, max_new_tokens=config.niah.max_new_tokens, progress=progress)
+        outs = runs(frozenset(hs), ivs)  # coinciding random draws are decoded once
         per_cond[name] = np.array([o.recall for o in outs], dtype=float)
         prefix[name] = np.array([o.exact_prefix for o in outs], dtype=float)
 

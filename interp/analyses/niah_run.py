@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
 from ..tasks.niah import NiahSample, score_answer
@@ -77,3 +78,34 @@ def run_niah(model, samples: Sequence[NiahSample], interventions: Sequence = (),
         if progress is not None:
             progress(len(idx))
     return outcomes  # type: ignore[return-value]
+
+
+class NiahRuns:
+    """Runs NIAH conditions on one sample set, each distinct condition once.
+
+    Random controls can repeat (e.g. layer-matched head draws when a layer has few spare heads);
+    decoding is deterministic, so a repeated ``key`` returns the stored outcomes (the progress
+    callback still advances, so bars stay in step with the planned number of conditions).
+    """
+
+    def __init__(self, model, samples: Sequence[NiahSample], *, batch_size: int = 8,
+                 max_new_tokens: int | None = None, decode_only: bool = False,
+                 progress: Callable[[int], None] | None = None):
+        self.model, self.samples = model, list(samples)
+        self.batch_size, self.max_new_tokens, self.decode_only = batch_size, max_new_tokens, decode_only
+        self.progress = progress
+        self._done: dict = {}
+
+    def __call__(self, key, interventions: Sequence = ()) -> list[NiahOutcome]:
+        if key in self._done:
+            if self.progress is not None:
+                self.progress(len(self.samples))
+        else:
+            self._done[key] = run_niah(self.model, self.samples, interventions=interventions,
+                                       decode_only=self.decode_only, batch_size=self.batch_size,
+                                       max_new_tokens=self.max_new_tokens, progress=self.progress)
+        return self._done[key]
+
+    def recall(self, key, interventions: Sequence = ()) -> np.ndarray:
+        return np.array([o.recall for o in self(key, interventions)], dtype=float)
+

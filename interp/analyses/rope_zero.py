@@ -20,7 +20,7 @@ from ..interventions import ZeroRopeDims
 from ..rope import require_rope, resolve_dims
 from ..tasks.niah import NiahConfig, NiahSample, build_niah
 from ..types import HeadId
-from .niah_run import pad_left, run_niah
+from .niah_run import NiahRuns, pad_left
 
 
 @dataclass
@@ -107,10 +107,12 @@ def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence[NiahSample] |
     samples = list(samples) if samples is not None else build_niah(model.tokenizer, config.niah)
     texts = _task_texts(model, config)
 
-    def recall(ivs):
-        outs = run_niah(model, samples, interventions=ivs, batch_size=config.batch_size,
-                        max_new_tokens=config.niah.max_new_tokens, progress=progress)
-        return np.array([o.recall for o in outs], dtype=float)
+    runs = NiahRuns(model, samples, batch_size=config.batch_size, max_new_tokens=config.niah.max_new_tokens,
+                    progress=progress)
+
+    def recall(hs=(), dims=()):  # each distinct (heads, dims) patch decoded once
+        ivs = (ZeroRopeDims(hs, dims, side=config.side),) if hs else ()
+        return runs.recall((frozenset(hs), tuple(sorted(dims))), ivs)
 
     def summary(x, base):
         d = {"recall": stats.mean_ci(x, n_boot=config.n_boot, seed=config.seed).to_dict()}
@@ -118,7 +120,7 @@ def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence[NiahSample] |
                                              seed=config.seed).to_dict()
         return d
 
-    base = recall(())
+    base = recall()
     base_loss = corpus_loss_per_text(model, texts, batch_size=config.batch_size)
     draws = stats.matched_random_heads([(h.layer, h.head) for h in heads], spec.n_layers, spec.n_heads,
                                        n_draws=config.head_draws, seed=config.seed)
@@ -132,19 +134,18 @@ def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence[NiahSample] |
             doses.append(DoseResult(0, zero, band.to_dict(), [], zero, [], zero,
                                     {"loss": float(base_loss.mean()), "vs_baseline": None}))
             continue
-        target_iv = ZeroRopeDims(heads, band.dims, side=config.side)
-        x = recall((target_iv,))
+        x = recall(heads, band.dims)
         rnd = []
         rnd_x = []
         for i in range(config.random_draws):
             rd = resolve_dims(rope, "random", dose, config.unit, seed=config.seed * 1000 + i)
-            xr = recall((ZeroRopeDims(heads, rd.dims, side=config.side),))
+            xr = recall(heads, rd.dims)
             rnd_x.append(xr)
             rnd.append({**summary(xr, base), "dims": rd.to_dict()})
         mh = []
         mh_x = []
         for hs in matched_sets:
-            xm = recall((ZeroRopeDims(hs, band.dims, side=config.side),))
+            xm = recall(hs, band.dims)
             mh_x.append(xm)
             mh.append({**summary(xm, base), "heads": [str(h) for h in hs]})
         loss = corpus_loss_per_text(model, texts, (ZeroRopeDims(heads, band.dims, side=config.side),),
