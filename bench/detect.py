@@ -41,7 +41,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -51,7 +50,17 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from overhead import GiB, MiB, PeakMemory, _dtype, _setup_torch, default_budget_gb, sync
+from overhead import (
+    GiB,
+    MiB,
+    PeakMemory,
+    _dtype,
+    _setup_torch,
+    add_common_args,
+    default_budget_gb,
+    run_child,
+    sync,
+)
 
 MODEL_NAME = "tiny-qwen2"
 WARMUP_CTX = 128
@@ -220,24 +229,6 @@ def child_main(spec: dict) -> None:
         "batch_size": cfg.batch_size, **out}))
 
 
-def run_child(spec: dict, timeout: float) -> dict:
-    """As overhead.run_child, but re-running this file (overhead's runs overhead.py)."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--_child", json.dumps(spec)]
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    if spec["threads"] > 0:
-        env["OMP_NUM_THREADS"] = str(spec["threads"])
-    try:
-        p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f}s"}
-    for line in p.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
-    tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
-    reason = "killed (out of memory?)" if p.returncode in (-9, 137) else f"exit {p.returncode}"
-    return {"error": f"{reason}: {' | '.join(tail)}"}
-
-
 # ---------------------------------------------------------------------------------------------
 # parent
 # ---------------------------------------------------------------------------------------------
@@ -266,7 +257,7 @@ def measure(args, cfg: dict) -> tuple[list[dict], list[dict]]:
                         "threads": args.threads, "seeds": args.seeds, "depths": list(args.depths),
                         "repeats": args.repeats}
                 t0 = time.perf_counter()
-                entry.update(run_child(spec, timeout=args.child_timeout))
+                entry.update(run_child(spec, timeout=args.child_timeout, script=__file__))
                 entry["wall_s"] = time.perf_counter() - t0
                 if "times_s" in entry:
                     entry["seconds"] = min(entry["times_s"])
@@ -353,17 +344,10 @@ def main(argv=None):
     ap.add_argument("--contexts", type=int, nargs="+", default=[1024, 2048, 8192])
     ap.add_argument("--seeds", type=int, default=2, help="NIAH seeds per (context, depth)")
     ap.add_argument("--depths", type=float, nargs="+", default=[0.5])
-    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
+    add_common_args(ap, "detect", child_timeout=3600)
     ap.add_argument("--dtype", default="float32",
                     help="both methods (default float32: in bf16, eager's rounded weights tie more and scores may differ)")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch threads (CPU default 1: a fair, quiet single-core number; 0 = torch default)")
     ap.add_argument("--repeats", type=int, default=1, help="timed runs per child (time: the min; memory: the first)")
-    ap.add_argument("--mem-budget-gb", type=float, default=None,
-                    help="GiB; skip eager where its estimate exceeds this (CPU default: min(8, 0.4 x MemAvailable))")
-    ap.add_argument("--child-timeout", type=float, default=3600)
-    ap.add_argument("--out", default=None, help="JSON path (default bench/results/detect-<device>.json)")
-    ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args._child is not None:

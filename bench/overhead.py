@@ -203,13 +203,14 @@ def child_main(spec: dict) -> None:
                                   "out_shape": shape}))
 
 
-def run_child(spec: dict, timeout: float) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--_child", json.dumps(spec)]
+def run_child(spec: dict, timeout: float, script: str | Path = __file__) -> dict:
+    """Run `script --_child SPEC` in a fresh process; its `RESULT {json}` line, or {"error": ...}."""
+    cmd = [sys.executable, str(Path(script).resolve()), "--_child", json.dumps(spec)]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
     if spec["threads"] > 0:
         env["OMP_NUM_THREADS"] = str(spec["threads"])
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f}s"}
     for line in p.stdout.splitlines():
@@ -425,13 +426,23 @@ def _proc_meminfo_kib(field: str) -> int:
     raise RuntimeError(field)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_common_args(ap: argparse.ArgumentParser, name: str, child_timeout: float) -> None:
+    """Arguments every subprocess benchmark here takes (device, threads, memory budget, output)."""
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
-    ap.add_argument("--dtype", default=None, help="float32 (CPU default) / bfloat16 (CUDA default)")
-    ap.add_argument("--quick", action="store_true", help="~20 s: short sequence, fewer repeats, ctx 512 only")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (CPU default 1: a fair, quiet single-core number; 0 = torch default)")
+    ap.add_argument("--mem-budget-gb", type=float, default=None,
+                    help="GiB; skip a measurement whose estimate exceeds this (CPU default: min(8, 0.4 x MemAvailable))")
+    ap.add_argument("--child-timeout", type=float, default=child_timeout)
+    ap.add_argument("--out", default=None, help=f"JSON path (default bench/results/{name}-<device>.json)")
+    ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_args(ap, "overhead", child_timeout=600)
+    ap.add_argument("--dtype", default=None, help="float32 (CPU default) / bfloat16 (CUDA default)")
+    ap.add_argument("--quick", action="store_true", help="~20 s: short sequence, fewer repeats, ctx 512 only")
     ap.add_argument("--seq", type=int, default=None, help="tokens per sequence in part 1 (default 1024)")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=None, help="timed rounds in part 1 (default 9)")
@@ -439,11 +450,6 @@ def main(argv=None):
     ap.add_argument("--contexts", type=int, nargs="+", default=None, help="part 2 contexts (default 512 2048 8192)")
     ap.add_argument("--repeats-rows", type=int, default=None, help="timed calls per child at ctx <= 2048 (default 3)")
     ap.add_argument("--repeats-long", type=int, default=1, help="timed calls per child at ctx > 2048")
-    ap.add_argument("--mem-budget-gb", type=float, default=None,
-                    help="GiB; skip a measurement whose estimate exceeds this (CPU default: min(8, 0.4 x MemAvailable))")
-    ap.add_argument("--child-timeout", type=float, default=600)
-    ap.add_argument("--out", default=None, help="JSON path (default bench/results/overhead-<device>.json)")
-    ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args._child is not None:
