@@ -58,6 +58,7 @@ from overhead import (
     _setup_torch,
     add_common_args,
     default_budget_gb,
+    print_progress,
     run_child,
     sync,
 )
@@ -284,13 +285,8 @@ def measure(args, cfg: dict) -> tuple[list[dict], list[dict]]:
 
 
 def _progress(e: dict):
-    if "skipped" in e:
-        msg = f"skipped ({e['skipped']})"
-    elif "error" in e:
-        msg = f"ERROR {e['error']}"
-    else:
-        msg = f"{e['seconds']:.2f} s, peak +{e['peak_bytes'] / MiB:.0f} MiB, recall {sum(e['recall'])}/{e['n_samples']}"
-    print(f"  [ctx {e['ctx']:>5}] {e['method']:<6} {msg}", flush=True)
+    print_progress(e, f"{e['method']:<6}", lambda e: f"{e['seconds']:.2f} s, peak +{e['peak_bytes'] / MiB:.0f} MiB, "
+                                                     f"recall {sum(e['recall'])}/{e['n_samples']}")
 
 
 def print_report(res: dict):

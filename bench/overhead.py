@@ -33,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -341,14 +342,19 @@ def part_rows(args) -> list[dict]:
     return results
 
 
-def _progress(e: dict):
+def print_progress(e: dict, label: str, measured: Callable[[dict], str]) -> None:
+    """One line per finished child: skipped, error, or `measured(e)`."""
     if "skipped" in e:
         msg = f"skipped ({e['skipped']})"
     elif "error" in e:
         msg = f"ERROR {e['error']}"
     else:
-        msg = f"{e['median_s']:.3f} s, peak +{e['peak_bytes'] / MiB:.0f} MiB"
-    print(f"  [ctx {e['ctx']:>5}] {e['kind']:<5} {msg}", flush=True)
+        msg = measured(e)
+    print(f"  [ctx {e['ctx']:>5}] {label} {msg}", flush=True)
+
+
+def _progress(e: dict):
+    print_progress(e, f"{e['kind']:<5}", lambda e: f"{e['median_s']:.3f} s, peak +{e['peak_bytes'] / MiB:.0f} MiB")
 
 
 # ---------------------------------------------------------------------------------------------
