@@ -69,12 +69,12 @@ def niah_eval(model, tok, lengths: Sequence[int], depths: Sequence[float] = DEPT
     count = token_counter(tok)
     answer_len = max(count(" " + w) for w in corpus.CODE_WORDS)
     cells: dict[str, dict[str, float]] = {}
-    hits_all = total_all = first_all = 0
-    first_by_len: dict[str, float] = {}
+    hits_all = total_all = prefix_all = 0
+    prefix_by_len: dict[str, float] = {}
     failures = []
     for li, length in enumerate(lengths):
         cells[str(length)] = {}
-        first_len = 0
+        prefix_len = 0
         for di, depth in enumerate(depths):
             hits = 0
             for i in range(n_per_cell):
@@ -86,22 +86,22 @@ def niah_eval(model, tok, lengths: Sequence[int], depths: Sequence[float] = DEPT
                 out = tok.decode(greedy(model, ids))
                 ok = p["answer"].strip() in out
                 hits += ok
-                first_len += out.startswith(p["answer"])
+                prefix_len += out.startswith(p["answer"])
                 if not ok and len(failures) < 10:
                     failures.append({"length": length, "depth": depth, "seed": seed,
                                      "answer": p["answer"], "output": out})
             cells[str(length)][str(depth)] = hits / n_per_cell
             hits_all += hits
             total_all += n_per_cell
-        first_by_len[str(length)] = first_len / (n_per_cell * len(depths))
-        first_all += first_len
+        prefix_by_len[str(length)] = prefix_len / (n_per_cell * len(depths))
+        prefix_all += prefix_len
         log(f"  NIAH len {length}: " + " ".join(f"d{d}={v:.2f}" for d, v in cells[str(length)].items()))
     by_len = {k: sum(v.values()) / len(v) for k, v in cells.items()}
     by_depth = {str(d): sum(cells[str(n)][str(d)] for n in lengths) / len(lengths) for d in depths}
     return {"recall": hits_all / total_all, "by_length": by_len, "by_depth": by_depth,
             "cells": cells, "n_per_cell": n_per_cell, "lengths": list(lengths),
             "depths": list(depths), "max_new_tokens": MAX_NEW_TOKENS, "failures": failures,
-            "exact_prefix": first_all / total_all, "exact_prefix_by_length": first_by_len}
+            "exact_prefix": prefix_all / total_all, "exact_prefix_by_length": prefix_by_len}
 
 
 def corpus_token_ids(tok, n_docs: int = 300) -> list[int]:
