@@ -16,6 +16,8 @@ from interp.organisms.tokenizer import BOS, encode_pieces, load_tokenizer, token
 from interp.organisms.train import (
     DATA_DIR,
     OrganismConfig,
+    config_with,
+    get_config,
     get_tokenizer,
     sha256_file,
     train,
@@ -196,3 +198,38 @@ def test_training_is_deterministic(tmp_path):
     a = train(OrganismConfig(**TINY), tmp_path / "a", steps=2, log=lambda s: None)
     b = train(OrganismConfig(**TINY), tmp_path / "b", steps=2, log=lambda s: None)
     assert a["sha256"] == b["sha256"]
+
+
+def test_snapshot_equals_the_truncated_build(tmp_path):
+    """A phase-end snapshot is exactly the model a build truncated there produces."""
+    from safetensors.torch import load_file
+
+    cfg = OrganismConfig(**{**TINY, "curriculum": [(16, 2), (32, 1)]})
+    train(cfg, tmp_path / "full", snapshots=True, log=lambda s: None)
+    snaps = sorted(p.name for p in (tmp_path / "full" / "snapshots").iterdir())
+    assert snaps == ["step-2"]
+    train(cfg, tmp_path / "prefix", steps=2, log=lambda s: None)
+    a = load_file(str(tmp_path / "full" / "snapshots" / "step-2" / "model.safetensors"))
+    b = load_file(str(tmp_path / "prefix" / "model.safetensors"))
+    c = load_file(str(tmp_path / "full" / "model.safetensors"))
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)  # the last step changed the weights
+
+
+def test_config_overrides_parse_and_reject_bad_input():
+    cfg = config_with("tiny-qwen2", ["heads=16", "kv_heads=4", "lr=0.001", "curriculum=64:10,128:5"])
+    assert (cfg.heads, cfg.kv_heads, cfg.lr, cfg.curriculum) == (16, 4, 0.001, [(64, 10), (128, 5)])
+    assert get_config("tiny-qwen2").lr != 0.001  # the registry entry is not modified
+    for bad, msg in [("nope=1", "FIELD one of"), ("heads=many", "field heads"),
+                     ("curriculum=64", "field curriculum"), ("heads", "FIELD=VALUE")]:
+        with pytest.raises(ValueError, match=msg):
+            config_with("tiny-qwen2", [bad])
+
+
+def test_build_cli_bad_override_exits_2(tmp_path, capsys):
+    from interp.organisms.__main__ import main
+
+    assert main(["build", "tiny-qwen2", "--set", "heads=lots", "--out", str(tmp_path / "x")]) == 2
+    assert "field heads" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

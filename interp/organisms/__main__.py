@@ -19,6 +19,10 @@ def main(argv=None) -> int:
     b.add_argument("--out", default=None, help="output dir (default data/organisms/NAME)")
     b.add_argument("--steps", type=int, default=None, help="truncate the curriculum (smoke tests)")
     b.add_argument("--threads", type=int, default=1)
+    b.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override one config field (a variant build), e.g. --set heads=16")
+    b.add_argument("--snapshots", action="store_true",
+                   help="also save the model at the end of each curriculum phase")
     e = sub.add_parser("eval", help="measure NIAH recall and copy loss; update the card")
     e.add_argument("name", help="organism name or checkpoint directory")
     e.add_argument("--lengths", type=int, nargs="*", default=None)
@@ -40,10 +44,16 @@ def main(argv=None) -> int:
         print(f"tokenizer ({tok.get_vocab_size()} ids) -> {out}")
         return 0
     if args.cmd == "build":
-        from .train import train
+        from .train import config_with, train
 
+        try:
+            cfg = config_with(args.name, args.overrides)
+        except (KeyError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         out = Path(args.out) if args.out else DATA_DIR / args.name
-        train(args.name, out, steps=args.steps, threads=args.threads, command=command)
+        train(cfg, out, steps=args.steps, threads=args.threads, command=command,
+              snapshots=args.snapshots)
         print(f"saved -> {out}")
         return 0
     from .evaluate import evaluate

@@ -13,7 +13,7 @@ import math
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
@@ -93,6 +93,37 @@ def get_config(name_or_cfg: str | OrganismConfig | dict) -> OrganismConfig:
     if name_or_cfg not in ORGANISMS:
         raise KeyError(f"unknown organism {name_or_cfg!r}; known: {sorted(ORGANISMS)}")
     return replace(ORGANISMS[name_or_cfg])
+
+
+def config_with(name_or_cfg: str | OrganismConfig, overrides: list[str]) -> OrganismConfig:
+    """An organism config with ``FIELD=VALUE`` overrides (values parsed as the field's type).
+
+    ``curriculum`` takes ``LEN:STEPS,LEN:STEPS,...``.
+    """
+    cfg = get_config(name_or_cfg)
+    names = {f.name: f for f in fields(OrganismConfig)}
+    changes: dict = {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or key not in names or key in ("mix", "warm_mix"):
+            settable = sorted(k for k in names if k not in ("mix", "warm_mix"))
+            raise ValueError(f"bad override {item!r}: use FIELD=VALUE with FIELD one of {settable}")
+        current = getattr(cfg, key)
+        try:
+            if key == "curriculum":
+                value = [tuple(int(v) for v in part.split(":")) for part in raw.split(",")]
+                if not value or any(len(p) != 2 or min(p) < 1 for p in value):
+                    raise ValueError
+            elif isinstance(current, bool):
+                value = {"true": True, "false": False}[raw.lower()]
+            else:
+                value = type(current)(raw)
+        except (ValueError, KeyError):
+            raise ValueError(f"bad value in override {item!r} for field {key} "
+                             f"(current value {current!r})") from None
+        changes[key] = value
+    return replace(cfg, **changes)
 
 
 def hf_config(cfg: OrganismConfig, vocab_size: int, bos: int, eos: int, pad: int):
@@ -190,11 +221,14 @@ def train(
     log_every: int = 25,
     threads: int = 1,
     command: str | None = None,
+    snapshots: bool = False,
 ) -> dict:
     """Train an organism and save it (HF format + card) into ``out_dir``.
 
-    ``steps`` truncates the curriculum (for tests).  Returns the info dict that
-    is also written to ``out_dir/organism.json``.
+    ``steps`` truncates the curriculum (for tests).  With ``snapshots`` the model
+    is also saved at the end of every curriculum phase into
+    ``out_dir/snapshots/step-N`` (to inspect a long build while it runs).
+    Returns the info dict that is also written to ``out_dir/organism.json``.
     """
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
@@ -246,6 +280,12 @@ def train(
             window = []
         if not math.isfinite(loss.item()):
             raise FloatingPointError(f"non-finite loss at step {step}")
+        if snapshots and step + 1 < len(schedule) and schedule[step + 1] != length:
+            snap = Path(out_dir) / "snapshots" / f"step-{step + 1}"
+            model.save_pretrained(str(snap), safe_serialization=True)
+            save_tokenizer(tok, snap)
+            model.train()
+            log(f"[{cfg.name}] snapshot -> {snap}")
     train_s = time.time() - t0
     return save_organism(model, tok, cfg, out_dir, {
         "steps": len(schedule), "tokens_seen": tokens, "train_seconds": round(train_s, 1),
