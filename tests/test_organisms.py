@@ -233,3 +233,34 @@ def test_build_cli_bad_override_exits_2(tmp_path, capsys):
     assert main(["build", "tiny-qwen2", "--set", "heads=lots", "--out", str(tmp_path / "x")]) == 2
     assert "field heads" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "gpt2"])
+def test_head_lasso_penalty_is_the_sum_of_per_head_output_norms(arch):
+    from interp.organisms.train import build_model, head_lasso_penalty
+
+    cfg = OrganismConfig(**{**TINY, "arch": arch, "layers": 2, "heads": 2, "kv_heads": 2, "hidden": 64})
+    model = build_model(cfg, 300)
+    want = 0.0
+    for layer in range(2):
+        if arch == "gpt2":
+            w = model.transformer.h[layer].attn.c_proj.weight  # rows = inputs (head-major)
+            slices = [w[h * 32:(h + 1) * 32, :] for h in range(2)]
+        else:
+            w = model.model.layers[layer].self_attn.o_proj.weight  # columns = inputs (head-major)
+            slices = [w[:, h * 32:(h + 1) * 32] for h in range(2)]
+        want += sum(float(torch.linalg.matrix_norm(s)) for s in slices)
+    assert abs(float(head_lasso_penalty(model)) - want) < 1e-4 * want
+
+
+def test_head_lasso_shrinks_head_outputs(tmp_path):
+    base = train(OrganismConfig(**TINY), tmp_path / "a", steps=3, log=lambda s: None)
+    lasso = train(OrganismConfig(**{**TINY, "head_lasso": 1.0}), tmp_path / "b", steps=3, log=lambda s: None)
+    assert "head_norm_sum" not in base["training"]["loss_curve"][-1]
+    from transformers import AutoModelForCausalLM
+
+    from interp.organisms.train import head_lasso_penalty
+
+    norms = [float(head_lasso_penalty(AutoModelForCausalLM.from_pretrained(str(tmp_path / d)))) for d in "ab"]
+    assert norms[1] < norms[0]
+    assert lasso["training"]["loss_curve"][-1]["head_norm_sum"] > 0

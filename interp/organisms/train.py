@@ -54,6 +54,9 @@ class OrganismConfig:
     warm_steps: int = 300
     warm_mix: dict[str, float] = field(default_factory=lambda: dict(WARM_MIX))
     answer_weight: float = ANSWER_WEIGHT
+    # group-lasso weight on each attention head's output projection (sum over heads of the
+    # Frobenius norm of its slice): pushes the model to do each job with few heads, as trained LLMs do
+    head_lasso: float = 0.0
 
     @property
     def total_steps(self) -> int:
@@ -162,6 +165,27 @@ def hf_config(cfg: OrganismConfig, vocab_size: int, bos: int, eos: int, pad: int
     raise ValueError(f"unknown arch {cfg.arch!r}")
 
 
+def head_output_weights(model) -> list[torch.Tensor]:
+    """Per layer, the attention output projection viewed as [heads, head_dim, hidden] (one slice per head)."""
+    cfg = model.config
+    heads = cfg.num_attention_heads if hasattr(cfg, "num_attention_heads") else cfg.n_head
+    out = []
+    if cfg.model_type == "gpt2":
+        for block in model.transformer.h:
+            w = block.attn.c_proj.weight  # Conv1D: [in = heads * head_dim, out = hidden]
+            out.append(w.view(heads, -1, w.shape[1]))
+    else:
+        for layer in model.model.layers:
+            w = layer.self_attn.o_proj.weight  # Linear: [hidden, heads * head_dim]
+            out.append(w.t().reshape(heads, -1, w.shape[0]))
+    return out
+
+
+def head_lasso_penalty(model) -> torch.Tensor:
+    """Sum over all heads of the Frobenius norm of the head's output-projection slice."""
+    return sum(w.pow(2).sum(dim=(1, 2)).add(1e-12).sqrt().sum() for w in head_output_weights(model))
+
+
 def build_model(cfg: OrganismConfig, vocab_size: int, bos: int = 0, eos: int = 1, pad: int = 2):
     from transformers import AutoModelForCausalLM
 
@@ -243,7 +267,7 @@ def train(
     warm_packer = Packer(tok, cfg.warm_mix, cfg.answer_weight)
     schedule = _schedule(cfg, steps)
     log(f"[{cfg.name}] {n_params:,} params, {len(schedule)} steps, curriculum {cfg.curriculum}")
-    curve, t0, tokens, window = [], time.time(), 0, []
+    curve, t0, tokens, window, last_penalty = [], time.time(), 0, [], None
     for step, length in enumerate(schedule):
         bsz = max(1, cfg.tokens_per_step // length)
         pk = warm_packer if step < cfg.warm_steps else packer
@@ -254,8 +278,10 @@ def train(
         nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
         nll = nll.view_as(w)
         loss = (nll * w).sum() / w.sum()
+        penalty = head_lasso_penalty(model) if cfg.head_lasso else None
+        objective = loss + cfg.head_lasso * penalty if penalty is not None else loss
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        objective.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         tokens += x.numel()
@@ -264,6 +290,8 @@ def train(
             acc = ((logits.argmax(-1) == y) & amask).sum().item() / max(1, amask.sum().item())
             cl = nll[cmask].mean().item() if cmask.any() else float("nan")
         window.append((lm, acc, amask.any().item(), cl))
+        if penalty is not None:
+            last_penalty = round(penalty.item(), 3)
         if (step + 1) % log_every == 0 or step + 1 == len(schedule):
             lm_m = sum(v[0] for v in window) / len(window)
             accs = [v[1] for v in window if v[2]]
@@ -273,10 +301,12 @@ def train(
             el = time.time() - t0
             curve.append({"step": step + 1, "len": length, "lm_loss": round(lm_m, 4),
                           "answer_acc": round(acc_m, 4), "copy_loss": round(cl_m, 4),
-                          "elapsed_s": round(el, 1)})
+                          "elapsed_s": round(el, 1),
+                          **({"head_norm_sum": last_penalty} if last_penalty is not None else {})})
             log(f"[{cfg.name}] step {step + 1}/{len(schedule)} len {length} loss {lm_m:.4f} "
                 f"answer_acc {acc_m:.3f} copy_loss {cl_m:.3f} lr {_lr_at(cfg, step):.2e} "
-                f"{tokens / el:.0f} tok/s {el / 60:.1f} min")
+                f"{tokens / el:.0f} tok/s {el / 60:.1f} min"
+                + (f" head-norm sum {last_penalty:.1f}" if last_penalty is not None else ""))
             window = []
         if not math.isfinite(loss.item()):
             raise FloatingPointError(f"non-finite loss at step {step}")
