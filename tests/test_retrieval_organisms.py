@@ -52,10 +52,9 @@ def test_detection_equals_eager_recomputation(name):
 
 @pytest.mark.parametrize("name", ["tiny-qwen2", "tiny-llama"])
 def test_masking_retrieval_heads_breaks_recall_but_random_heads_do_not(name):
-    """The causal claim on a small NIAH grid (needle first, middle, last): the organisms retrieve at
-    every depth, a minority of heads is detected, masking them removes recall, and does so more than
-    masking matched random heads. (In tiny-qwen2, matched random heads hurt too: 7 of the 8 layer-2
-    heads are retrieval heads, so the draws spill into layers 1 and 3; the README reports the numbers.)"""
+    """The causal claim on a small NIAH grid (needle first, middle, last), at the issue's acceptance
+    levels: the organisms retrieve at every depth, fewer than a quarter of the heads are detected,
+    masking them removes recall, and masking layer-matched random heads leaves it."""
     _require(name)
     model = interp.load_model(name)
     spec = model.spec
@@ -63,11 +62,11 @@ def test_masking_retrieval_heads_breaks_recall_but_random_heads_do_not(name):
     samples = build_niah(model.tokenizer, niah)
     det = detect_retrieval_heads(model, RetrievalConfig(niah=niah), samples=samples)
     assert det.baseline_recall >= 0.9
-    assert 0 < len(det.heads) < spec.n_layers * spec.n_heads / 3
+    assert 0 < len(det.heads) < spec.n_layers * spec.n_heads / 4
     abl = run_ablation(model, AblationConfig(heads=det.head_ids(), niah=niah, mode="zero", draws=3, n_boot=2000,
                                              n_perm=2000), samples=samples)
     base = abl.condition("baseline").recall["mean"]
     target = abl.condition("target")
     assert target.recall["mean"] <= 0.1 and target.recall["mean"] <= base - 0.5
     assert target.vs_baseline["p_value"] < 0.05
-    assert abl.random_pooled.recall["mean"] >= target.recall["mean"] + 0.1
+    assert abl.random_pooled.recall["mean"] >= 0.9

@@ -103,6 +103,11 @@ def render_card(info: dict) -> str:
         + f"; {cfg['tokens_per_step']} tokens per step",
         (f"- init std {cfg.get('init_std', 0.02):g}; AdamW lr {cfg['lr']:g} (warmup {cfg['warmup']}, cosine to {cfg['min_lr_frac']:g}x), "
         f"betas (0.9, 0.95), weight decay {cfg['weight_decay']:g}, grad clip {cfg['grad_clip']:g}"),
+        *([f"- head group lasso {cfg['head_lasso']:g}: the loss adds this weight times the sum over all "
+           "heads of the Frobenius norm of the head's slice of the attention output projection, so "
+           "each job is done by few heads (unused heads shrink toward zero), as in trained LLMs "
+           "where retrieval heads are a few percent of all heads"]
+          if cfg.get("head_lasso") else []),
         (f"- seed {cfg['seed']}, {tr['steps']} steps, {tr['tokens_seen']:,} tokens, "
         f"{tr['train_seconds'] / 60:.1f} min on {info['environment']['threads']} CPU thread(s) "
         f"(torch {info['environment']['torch']}); deterministic for a given seed on CPU"),

@@ -72,7 +72,7 @@ CURRICULUM = [(64, 300), (128, 500), (256, 700), (512, 600), (1024, 600)]
 ORGANISMS: dict[str, OrganismConfig] = {
     "tiny-qwen2": OrganismConfig(
         name="tiny-qwen2", arch="qwen2", heads=8, kv_heads=2, rope_theta=1e6,
-        curriculum=list(CURRICULUM), seed=1,
+        curriculum=list(CURRICULUM), seed=1, head_lasso=3e-3,
     ),
     "tiny-llama": OrganismConfig(
         name="tiny-llama", arch="llama", heads=4, kv_heads=4, rope_theta=1e4,
