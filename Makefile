@@ -52,3 +52,4 @@ results: setup
 		$(VENV)/bin/interp detect copy-suppression --model $$m --out runs/results/$$m/copy-suppression || exit 1; \
 	done
 	$(VENV)/bin/interp probe --model minilm-l6 --out runs/results/minilm-l6/probe
+	$(VENV)/bin/interp probe --model tiny-qwen2 --out runs/results/tiny-qwen2/probe

@@ -95,6 +95,7 @@ def test_minilm_encoder_loads_and_matches_plain_bert():
 
 @pytest.mark.parametrize("args,msg", [
     (["ablate", "--mode", "shuffle"], "valid modes are zero, mean, uniform"),
+    (["ablate", "--random-pool", "layers"], "use layer (same count per layer) or any"),
     (["ablate", "--lengths", "abc"], "--lengths must be comma-separated integers"),
     (["ablate", "--depths", "0,2"], "depths must lie in [0, 1]"),
     (["ablate", "--needles", "/no/such.jsonl"], "--needles /no/such.jsonl: no such file"),

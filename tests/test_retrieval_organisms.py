@@ -70,3 +70,23 @@ def test_masking_retrieval_heads_breaks_recall_but_random_heads_do_not(name):
     assert target.recall["mean"] <= 0.1 and target.recall["mean"] <= base - 0.5
     assert target.vs_baseline["p_value"] < 0.05
     assert abl.random_pooled.recall["mean"] >= 0.9
+
+
+def test_ablation_random_pool_any_draws_from_every_layer():
+    """tiny-llama's two retrieval heads leave one layer-matched set; --random-pool any gives distinct
+    same-size sets from the whole model, each run against the same prompts."""
+    _require("tiny-llama")
+    model = interp.load_model("tiny-llama")
+    niah = NiahConfig(context_lengths=(256,), depths=(0.5,), n_seeds=2)
+    heads = (interp.HeadId(2, 0), interp.HeadId(2, 1))
+    layer = run_ablation(model, AblationConfig(heads=heads, niah=niah, draws=3, n_boot=200, n_perm=200))
+    anyl = run_ablation(model, AblationConfig(heads=heads, niah=niah, draws=3, n_boot=200, n_perm=200,
+                                              random_pool="any"))
+    assert layer.distinct_draws == 1 and layer.random_pool == "layer"
+    assert anyl.random_pool == "any" and anyl.config["random_pool"] == "any" and anyl.distinct_draws == 3
+    drawn = [c.heads for c in anyl.conditions if c.name.startswith("random-")]
+    assert all(len(d) == 2 and not {"L2H0", "L2H1"} & set(d) for d in drawn)
+    assert any(not h.startswith("L2") for d in drawn for h in d)
+    assert anyl.condition("baseline").per_sample_recall == layer.condition("baseline").per_sample_recall
+    with pytest.raises(interp.InvalidInputError, match="'layer'"):
+        run_ablation(model, AblationConfig(heads=heads, niah=niah, random_pool="all"))

@@ -505,6 +505,26 @@ def test_matched_draws_reproducible_and_seed_dependent():
     assert a.draws != c.draws
 
 
+def test_unmatched_draws_take_the_count_from_any_layer_uniformly():
+    # the llama-organism case: layer 2 has 2 selected heads of 4, so only one layer-matched set exists
+    sel, exclude = [(2, 0), (2, 1)], [(0, 3)]
+    matched = matched_random_heads(sel, 4, 4, n_draws=20, seed=0)
+    assert {tuple(d) for d in matched.draws} == {((2, 2), (2, 3))}
+    md = matched_random_heads(sel, 4, 4, n_draws=3000, seed=0, exclude=exclude, by_layer=False)
+    assert md.by_layer is False and md.shortfall_by_layer == {} and md.selected_by_layer == {2: 2}
+    counts = np.zeros((4, 4))
+    for draw in md.draws:
+        assert draw == sorted(draw) and len(set(draw)) == 2
+        assert not set(draw) & (set(sel) | set(exclude))
+        for lay, h in draw:
+            counts[lay, h] += 1
+    assert counts[2, 0] == counts[2, 1] == counts[0, 3] == 0
+    free = counts[counts > 0]
+    assert free.size == 13  # every available head is drawn at some point
+    np.testing.assert_allclose(free, 3000 * 2 / 13, rtol=0.15)  # uniform over the 13 available heads
+    assert len({tuple(d) for d in md.draws}) == 78  # all C(13, 2) pairs occur
+
+
 def test_matched_draws_uniform_within_layer():
     md = matched_random_heads([(2, 0)], 4, 5, n_draws=2000, seed=1)
     counts = np.zeros(5)

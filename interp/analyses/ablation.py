@@ -1,7 +1,8 @@
 """Causal head masking on NIAH with matched random controls (paired seeds).
 
 Conditions run on the same `NiahSample`s: the unablated baseline, the target heads masked, and
-`draws` sets of matched random heads (same count per layer, drawn from the other heads). Each
+`draws` sets of matched random heads (same count per layer, drawn from the other heads; or, with
+`random_pool="any"`, the same count from any layer). Each
 condition reports recall with a bootstrap CI and, against baseline, the paired difference with
 its CI, a sign-flip permutation p-value and Cohen's d_z.
 """
@@ -27,6 +28,7 @@ class AblationConfig:
     mode: str = "zero"
     decode_only: bool = False
     draws: int = 3
+    random_pool: str = "layer"  # "layer": same count per layer (matched); "any": same count, any layer
     seed: int = 0
     batch_size: int = 8
     n_boot: int = 10000
@@ -59,7 +61,8 @@ class AblationResult:
     config: dict
     provenance: dict
     detection: dict | None = None
-    distinct_draws: int = 0  # distinct matched random head sets among the draws
+    distinct_draws: int = 0  # distinct random head sets among the draws
+    random_pool: str = "layer"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -95,6 +98,9 @@ def run_ablation(model, config: AblationConfig, samples: Sequence[NiahSample] | 
     if not heads:
         raise InvalidInputError("no heads to ablate (detection found none above the threshold?); lower --threshold "
                                 "or pass heads explicitly, e.g. --heads L3H1,L5H0")
+    if config.random_pool not in ("layer", "any"):
+        raise InvalidInputError(f"random head pool must be 'layer' (matched per layer) or 'any', "
+                                f"got {config.random_pool!r}")
     samples = list(samples) if samples is not None else build_niah(model.tokenizer, config.niah)
     means = None
     intervention_note = {}
@@ -104,7 +110,7 @@ def run_ablation(model, config: AblationConfig, samples: Sequence[NiahSample] | 
                                                f"{list(ref_cfg.seeds)} (disjoint from the evaluated seeds)"}
 
     draws = stats.matched_random_heads([(h.layer, h.head) for h in heads], spec.n_layers, spec.n_heads,
-                                       n_draws=config.draws, seed=config.seed)
+                                       n_draws=config.draws, seed=config.seed, by_layer=config.random_pool == "layer")
     plan = [("baseline", ())]
     plan.append(("target", heads))
     plan += [(f"random-{i + 1}", tuple(HeadId(l, h) for l, h in d)) for i, d in enumerate(draws.draws)]
@@ -149,5 +155,5 @@ def run_ablation(model, config: AblationConfig, samples: Sequence[NiahSample] | 
         scope="decode" if config.decode_only else "prefill+decode", intervention=iv, conditions=conditions,
         random_pooled=pooled, shortfall_by_layer={str(k): v for k, v in draws.shortfall_by_layer.items()},
         sample_ids=[s.id for s in samples], config=cfg, provenance=provenance(model), detection=detection,
-        distinct_draws=len({frozenset(d) for d in draws.draws}),
+        distinct_draws=len({frozenset(d) for d in draws.draws}), random_pool=config.random_pool,
     )

@@ -157,6 +157,8 @@ def ablate(model: Optional[str] = MODEL,
            decode_only: bool = typer.Option(False, "--decode-only", help="Mask during decoding only, like the "
                                             "original (default: prefill and decode)."),
            draws: int = typer.Option(3, "--draws", help="Matched random-head draws."),
+           random_pool: str = typer.Option("layer", "--random-pool", help="layer: random heads with the same "
+                                           "count per layer (matched); any: the same count from any layer."),
            n_heads: Optional[int] = typer.Option(None, "--n-heads", help="With --heads random: how many heads."),
            from_dir: Optional[str] = typer.Option(None, "--from", help="Reuse retrieval.json from this directory."),
            seed: int = typer.Option(0, "--seed", help="Seed of the random draws and bootstrap."),
@@ -174,13 +176,15 @@ def ablate(model: Optional[str] = MODEL,
         raise InvalidInputError(f"--mode {mode!r}: valid modes are {', '.join(ABLATION_MODES)}")
     if draws < 0:
         raise InvalidInputError("--draws must be >= 0")
+    if random_pool not in ("layer", "any"):
+        raise InvalidInputError(f"--random-pool {random_pool!r}: use layer (same count per layer) or any")
     niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
     m = _model(model, device, dtype)
     o = out_dir(out, "ablate", m.name)
     target, source, detection = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed,
                                                      n_heads)
     cfg = AblationConfig(heads=tuple(target), niah=niah, mode=mode, decode_only=decode_only, draws=draws, seed=seed,
-                         batch_size=batch_size, heads_source=source)
+                         random_pool=random_pool, batch_size=batch_size, heads_source=source)
     samples = build_niah(m.tokenizer, niah)
     prog, advance = progress_bar(len(samples) * (2 + draws), "ablation conditions")
     with prog:
@@ -213,6 +217,8 @@ def _print_ablation(res, out):
     c.print(t)
     n_draws = len(res.conditions) - 2
     if n_draws > 1 and res.distinct_draws < n_draws:
-        c.print(f"note: only {res.distinct_draws} distinct layer-matched random head set(s) among the {n_draws} "
-                "draws (few non-target heads in those layers); identical draws were run once")
+        kind = "layer-matched " if res.random_pool == "layer" else ""
+        c.print(f"note: only {res.distinct_draws} distinct {kind}random head set(s) among the {n_draws} "
+                "draws (few non-target heads to draw from); identical draws were run once"
+                + ("; --random-pool any draws the same count from every layer" if kind else ""))
     c.print(f"written to {out}/")

@@ -28,6 +28,7 @@ class MatchedDraws(_ToDict):
     shortfall_by_layer: dict
     seed: int
     selected_by_layer: dict = field(default_factory=dict)
+    by_layer: bool = True  # False: drawn from all available heads, layers not matched
 
 
 def _as_pair(h: Any, n_layers: int, n_heads: int, what: str) -> tuple[int, int]:
@@ -57,8 +58,12 @@ def _as_pair(h: Any, n_layers: int, n_heads: int, what: str) -> tuple[int, int]:
 
 
 def matched_random_heads(selected: Iterable, n_layers: int, n_heads: int, n_draws: int, seed: int = 0,
-                         exclude: Iterable | None = None) -> MatchedDraws:
+                         exclude: Iterable | None = None, by_layer: bool = True) -> MatchedDraws:
     """Draw `n_draws` random head sets matched to `selected` layer by layer.
+
+    With `by_layer=False` only the size is matched: each draw takes len(selected) heads uniformly
+    from every available head of the model (a complement to the layer-matched control when a
+    layer has few non-selected heads, so that the layer-matched draws coincide).
 
     Each draw has len(selected) heads, none of them in `selected` or `exclude`, with the same
     number of heads in every layer as `selected` - unless a layer has too few available heads:
@@ -96,6 +101,13 @@ def matched_random_heads(selected: Iterable, n_layers: int, n_heads: int, n_draw
     shortfall = {int(lay): int(short[lay]) for lay in range(n_layers) if short[lay] > 0}
 
     rng = np.random.default_rng(seed)
+    selected_by_layer = {int(lay): int(need[lay]) for lay in range(n_layers) if need[lay] > 0}
+    if not by_layer:
+        pool_all = [(lay, int(h)) for lay in range(n_layers) for h in avail[lay]]
+        draws_any = [sorted(pool_all[i] for i in rng.choice(len(pool_all), size=len(sel), replace=False))
+                     for _ in range(n_draws)]
+        return MatchedDraws(draws=draws_any, shortfall_by_layer={}, seed=seed,
+                            selected_by_layer=selected_by_layer, by_layer=False)
     draws: list[list[tuple[int, int]]] = []
     for _ in range(n_draws):
         remaining = [a for a in avail]
@@ -124,10 +136,7 @@ def matched_random_heads(selected: Iterable, n_layers: int, n_heads: int, n_draw
                     s -= k
                 dist += 1
         draws.append(sorted(chosen))
-    return MatchedDraws(
-        draws=draws, shortfall_by_layer=shortfall, seed=seed,
-        selected_by_layer={int(lay): int(need[lay]) for lay in range(n_layers) if need[lay] > 0},
-    )
+    return MatchedDraws(draws=draws, shortfall_by_layer=shortfall, seed=seed, selected_by_layer=selected_by_layer)
 
 
 # --------------------------------------------------------------------------- 6. threshold sweep
