@@ -240,3 +240,32 @@ def head_output_means(model, inputs, attention_mask=None, batch_size: int | None
     w = batch.attention_mask.to(torch.float32)[:, :, None, None]
     means = [(cap[Site(l, "head_out")].float() * w).sum((0, 1)) / w.sum() for l in range(spec.n_layers)]
     return torch.stack(means)
+
+
+@torch.no_grad()
+def head_write_norms(model, inputs, attention_mask=None, batch_size: int | None = None,
+                     layers_per_pass: int = 4) -> torch.Tensor:
+    """How much each head writes into the residual stream: the mean over real tokens of
+    ||W_O[:, h] z_h|| (z_h the head's output before the output projection). [n_layers, n_heads].
+
+    A head whose ablation leaves everything unchanged because it writes almost nothing shows up
+    here with a small value; ablation reports use it to say how active the masked heads were.
+    Layers are captured `layers_per_pass` at a time to bound memory on long prompts.
+    """
+    batch = model.as_batch(inputs, attention_mask)
+    spec = model.spec
+    w = batch.attention_mask.to(torch.float32)
+    out = torch.zeros(spec.n_layers, spec.n_heads)
+    for start in range(0, spec.n_layers, layers_per_pass):
+        layers = range(start, min(spec.n_layers, start + layers_per_pass))
+        cap = Capture([Site(l, "head_out") for l in layers])
+        with model.intervene(cap):
+            model.forward(batch, batch_size=batch_size, logits=False)
+        for l in layers:
+            z = cap[Site(l, "head_out")].float()  # [b, s, H, hd]
+            wo = model.adapter.o_weight(l).detach().float().to(z.device)
+            wo = wo.view(spec.d_model, spec.n_heads, spec.head_dim)
+            norms = torch.einsum("bshd,mhd->bshm", z, wo).norm(dim=-1)  # [b, s, H]
+            m = w.to(norms.device)[:, :, None]
+            out[l] = ((norms * m).sum((0, 1)) / m.sum((0, 1))).cpu()
+    return out

@@ -244,3 +244,35 @@ def test_bad_heads_and_sites_raise_clear_errors():
         Site(0, "residual")
     with pytest.raises(InvalidInputError, match="outside the sequence"):
         interp.attention_rows(model, ids(1, 5), [9])
+
+
+@pytest.mark.parametrize("family,gqa,path", [("llama", True, "self_attn.o_proj"), ("gpt2", False, "attn.c_proj")])
+def test_head_write_norms_match_o_proj_inputs(family, gqa, path):
+    """Per-head residual write norms equal a recomputation from the plain model's output-projection
+    inputs (forward pre-hooks) and weights, over real tokens only."""
+    from interp.capture import head_write_norms
+
+    plain, model = pair(family, gqa)
+    _, x, mask = left_padded()
+    spec = model.spec
+    got = head_write_norms(model, x, mask, layers_per_pass=2)
+    inputs = {}
+    hooks = [mod.register_forward_pre_hook(lambda m, a, n=name: inputs.__setitem__(n, a[0].detach()))
+             for name, mod in plain.named_modules() if name.endswith(path)]
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        plain(input_ids=x, attention_mask=mask, position_ids=pos)
+    for h in hooks:
+        h.remove()
+    names = sorted(inputs, key=lambda n: int(n.split(".")[-3]))
+    assert len(names) == spec.n_layers
+    real = mask.bool()
+    for l, name in enumerate(names):
+        mod = plain.get_submodule(name)
+        w = mod.weight if family != "gpt2" else mod.weight.t()  # [d_model, H * hd]
+        z = inputs[name].view(*x.shape, spec.n_heads, spec.head_dim)
+        for h in range(spec.n_heads):
+            write = z[:, :, h] @ w[:, h * spec.head_dim:(h + 1) * spec.head_dim].t()
+            want = write.norm(dim=-1)[real].mean()
+            assert abs(float(got[l, h]) - float(want)) <= 1e-4 * float(want) + 1e-6, (l, h)
+    assert got.min() > 0

@@ -88,5 +88,11 @@ def test_ablation_random_pool_any_draws_from_every_layer():
     assert all(len(d) == 2 and not {"L2H0", "L2H1"} & set(d) for d in drawn)
     assert any(not h.startswith("L2") for d in drawn for h in d)
     assert anyl.condition("baseline").per_sample_recall == layer.condition("baseline").per_sample_recall
+    writes = np.array(anyl.head_write_norm)
+    assert writes.shape == (4, 4) and (writes > 0).all() and anyl.head_write_prompts == 2
+    for c in anyl.conditions[1:]:
+        want = np.mean([writes[int(h[1]), int(h[3])] for h in c.heads]) / np.median(writes)
+        assert c.head_write_rel == pytest.approx(want, rel=1e-5)
+    assert anyl.conditions[0].head_write_rel is None  # baseline masks nothing
     with pytest.raises(interp.InvalidInputError, match="'layer'"):
         run_ablation(model, AblationConfig(heads=heads, niah=niah, random_pool="all"))

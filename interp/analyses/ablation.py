@@ -44,6 +44,8 @@ class ConditionResult:
     exact_prefix: dict
     vs_baseline: dict | None
     per_sample_recall: list[int]
+    # mean residual write norm of the masked heads / the median head's (see head_write_norm)
+    head_write_rel: float | None = None
 
 
 @dataclass
@@ -63,6 +65,10 @@ class AblationResult:
     detection: dict | None = None
     distinct_draws: int = 0  # distinct random head sets among the draws
     random_pool: str = "layer"
+    # [layer][head] mean ||W_O,h z_h|| over the real tokens of the first prompts (unablated): how much
+    # each head writes into the residual stream, so inactive control heads are visible
+    head_write_norm: list | None = None
+    head_write_prompts: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -126,6 +132,18 @@ def run_ablation(model, config: AblationConfig, samples: Sequence[NiahSample] | 
         prefix[name] = np.array([o.exact_prefix for o in outs], dtype=float)
 
     base = per_cond["baseline"]
+    from ..capture import head_write_norms
+    from .niah_run import pad_left
+
+    n_write = min(8, len(samples))
+    ids, mask = pad_left([s.input_ids for s in samples[:n_write]], model.tokenizer.pad_token_id or 0)
+    writes = head_write_norms(model, ids.to(model.device), mask.to(model.device), batch_size=config.batch_size)
+    median_write = float(np.median(writes.numpy()))
+
+    def write_rel(hs):
+        if not hs or median_write <= 0:
+            return None
+        return float(np.mean([float(writes[h.layer, h.head]) for h in hs]) / median_write)
 
     def result(name, hs, rec, pre):
         vs = None if name == "baseline" else stats.paired_diff(rec, base, n_boot=config.n_boot, n_perm=config.n_perm,
@@ -133,7 +151,7 @@ def run_ablation(model, config: AblationConfig, samples: Sequence[NiahSample] | 
         return ConditionResult(name, [str(h) for h in hs],
                                stats.mean_ci(rec, n_boot=config.n_boot, seed=config.seed).to_dict(),
                                stats.mean_ci(pre, n_boot=config.n_boot, seed=config.seed).to_dict(),
-                               vs, [int(x) for x in rec])
+                               vs, [int(x) for x in rec], write_rel(hs))
 
     conditions = [result(name, hs, per_cond[name], prefix[name]) for name, hs in plan]
     pooled = None
@@ -156,4 +174,5 @@ def run_ablation(model, config: AblationConfig, samples: Sequence[NiahSample] | 
         random_pooled=pooled, shortfall_by_layer={str(k): v for k, v in draws.shortfall_by_layer.items()},
         sample_ids=[s.id for s in samples], config=cfg, provenance=provenance(model), detection=detection,
         distinct_draws=len({frozenset(d) for d in draws.draws}), random_pool=config.random_pool,
+        head_write_norm=[[round(float(v), 6) for v in row] for row in writes], head_write_prompts=n_write,
     )

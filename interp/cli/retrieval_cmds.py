@@ -72,6 +72,12 @@ def _print_detection(res, out):
             f"({100 * len(res.heads) / n_total:.1f}%): {', '.join(res.heads[:20])}{' ...' if len(res.heads) > 20 else ''}")
     c.print("per layer: " + " ".join(f"L{l}:{n}" for l, n in enumerate(res.per_layer)))
     c.print("sweep: " + "  ".join(f">{s['threshold']}:{s['n_heads']}" for s in res.sweep))
+    target = next((x for x in res.conditions if x.name == "target"), None)
+    rnd = [x.head_write_rel for x in res.conditions if x.name.startswith("random-") and x.head_write_rel is not None]
+    if target is not None and target.head_write_rel and rnd and np.mean(rnd) < 0.5 * target.head_write_rel:
+        c.print(f"note: the random control heads write {target.head_write_rel / np.mean(rnd):.1f}x less into the "
+                "residual stream than the target heads (ablation.json head_write_norm); masking nearly silent "
+                "heads is a weak control")
     c.print(f"written to {out}/")
 
 
@@ -200,11 +206,13 @@ def ablate(model: Optional[str] = MODEL,
 
 
 def _print_ablation(res, out):
+    import numpy as np
     from rich.console import Console
     from rich.table import Table
 
     t = Table(title=f"{res.model}: {res.mode} ablation of {len(res.heads)} heads ({res.heads_source}), {res.scope}")
-    for col in ("condition", "heads", "recall [95% CI]", "diff vs baseline [95% CI]", "p (sign-flip)", "d_z"):
+    for col in ("condition", "heads", "recall [95% CI]", "diff vs baseline [95% CI]", "p (sign-flip)", "d_z",
+                "writes (x median head)"):
         t.add_column(col)
     rows = res.conditions + ([res.random_pooled] if res.random_pooled else [])
     for c in rows:
@@ -212,7 +220,8 @@ def _print_ablation(res, out):
         v = c.vs_baseline
         t.add_row(c.name, str(len(c.heads)) if c.heads else "-", f"{r['mean']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]",
                   "-" if v is None else f"{v['diff']:+.2f} [{v['diff_lo']:+.2f}, {v['diff_hi']:+.2f}]",
-                  "-" if v is None else f"{v['p_value']:.3g}", "-" if v is None else f"{v['cohens_d']:.2f}")
+                  "-" if v is None else f"{v['p_value']:.3g}", "-" if v is None else f"{v['cohens_d']:.2f}",
+                  "-" if c.head_write_rel is None else f"{c.head_write_rel:.2f}")
     c = Console(stderr=True)
     c.print(t)
     n_draws = len(res.conditions) - 2
