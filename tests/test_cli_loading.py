@@ -117,3 +117,29 @@ def test_analysis_cli_bad_input_exits_2(args, msg, capsys, tmp_path):
     assert msg in " ".join(err.split())
     assert "Traceback" not in err
     assert not (tmp_path / "o" / "ablation.json").exists()
+
+
+def test_detect_then_ablate_cli_end_to_end(capsys, tmp_path):
+    """The main job's two commands on a bundled organism: tables, notes and files, exit code 0."""
+    det = tmp_path / "det"
+    code, _, err = run_cli(["detect", "retrieval", "--model", "tiny-qwen2", "--lengths", "256", "--depths", "0.5",
+                            "--seeds", "2", "--out", str(det)], capsys)
+    assert code == 0, err
+    assert "retrieval heads (score > 0.1)" in err
+    assert {"retrieval.json", "prompts.jsonl"} <= {p.name for p in det.iterdir()}
+    abl = tmp_path / "abl"
+    code, out, err = run_cli(["ablate", "--model", "tiny-qwen2", "--heads", "retrieval", "--from", str(det),
+                              "--lengths", "256", "--depths", "0.5", "--seeds", "2", "--draws", "2",
+                              "--out", str(abl), "--json"], capsys)
+    assert code == 0, err
+    res = json.loads(out)
+    assert sorted(res["heads"]) == sorted(json.loads((det / "retrieval.json").read_text())["heads"])
+    assert (abl / "ablation.json").exists() and (abl / "recall_by_condition.html").exists()
+    assert [c["name"] for c in res["conditions"]] == ["baseline", "target", "random-1", "random-2"]
+    code, _, err = run_cli(["ablate", "--model", "tiny-qwen2", "--heads", "retrieval", "--from", str(det),
+                            "--lengths", "256", "--depths", "0.5", "--seeds", "2", "--draws", "2",
+                            "--out", str(tmp_path / "abl2")], capsys)
+    assert code == 0, err
+    # tiny-qwen2's only layer-matched control heads (L2H0-L2H3) write little: the CLI says so
+    assert "only 1 distinct layer-matched random head set" in err
+    assert "masking nearly silent heads is a weak control" in err and "written to" in err

@@ -72,12 +72,6 @@ def _print_detection(res, out):
             f"({100 * len(res.heads) / n_total:.1f}%): {', '.join(res.heads[:20])}{' ...' if len(res.heads) > 20 else ''}")
     c.print("per layer: " + " ".join(f"L{l}:{n}" for l, n in enumerate(res.per_layer)))
     c.print("sweep: " + "  ".join(f">{s['threshold']}:{s['n_heads']}" for s in res.sweep))
-    target = next((x for x in res.conditions if x.name == "target"), None)
-    rnd = [x.head_write_rel for x in res.conditions if x.name.startswith("random-") and x.head_write_rel is not None]
-    if target is not None and target.head_write_rel and rnd and np.mean(rnd) < 0.5 * target.head_write_rel:
-        c.print(f"note: the random control heads write {target.head_write_rel / np.mean(rnd):.1f}x less into the "
-                "residual stream than the target heads (ablation.json head_write_norm); masking nearly silent "
-                "heads is a weak control")
     c.print(f"written to {out}/")
 
 
@@ -230,4 +224,10 @@ def _print_ablation(res, out):
         c.print(f"note: only {res.distinct_draws} distinct {kind}random head set(s) among the {n_draws} "
                 "draws (few non-target heads to draw from); identical draws were run once"
                 + ("; --random-pool any draws the same count from every layer" if kind else ""))
+    target = next((x for x in res.conditions if x.name == "target"), None)
+    rnd = [x.head_write_rel for x in res.conditions if x.name.startswith("random-") and x.head_write_rel is not None]
+    if target is not None and target.head_write_rel and rnd and np.mean(rnd) < 0.5 * target.head_write_rel:
+        c.print(f"note: the random control heads write {target.head_write_rel / np.mean(rnd):.1f}x less into the "
+                "residual stream than the target heads (ablation.json head_write_norm); masking nearly silent "
+                "heads is a weak control")
     c.print(f"written to {out}/")
