@@ -221,8 +221,9 @@ def _print_ablation(res, out):
     n_draws = len(res.conditions) - 2
     if n_draws > 1 and res.distinct_draws < n_draws:
         kind = "layer-matched " if res.random_pool == "layer" else ""
+        why = "few non-target heads in those layers" if kind else "drawn twice by chance"
         c.print(f"note: only {res.distinct_draws} distinct {kind}random head set(s) among the {n_draws} "
-                "draws (few non-target heads to draw from); identical draws were run once"
+                f"draws ({why}); identical draws were run once"
                 + ("; --random-pool any draws the same count from every layer" if kind else ""))
     target = next((x for x in res.conditions if x.name == "target"), None)
     rnd = [x.head_write_rel for x in res.conditions if x.name.startswith("random-") and x.head_write_rel is not None]

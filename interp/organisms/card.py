@@ -209,6 +209,23 @@ the model card.
   position embeddings 256-511 had only 600 steps and the retrieval circuit did not carry
   over to them. The bundled tiny-gpt2 is trained to 256 tokens and evaluated there; the
   1024-token requirement applies to the RoPE models only.
+- Session 3: sparse retrieval heads. Without a penalty, the organisms give retrieval to most
+  heads of one layer (the session-2 tiny-qwen2: 7 of its 8 layer-2 heads, 8 of 32 in all), so a
+  control "same number of random heads per layer, drawn from non-retrieval heads" cannot be
+  formed and spills into the layers that feed the circuit. Giving a layer more heads made it
+  worse: 16 query / 4 key-value heads of dim 32 detected 20 of 64 heads at step 1500 (15 of 16
+  in layer 1), and with head dim 16 no induction had formed by step 1650 (both stopped). The
+  adopted tiny-qwen2 adds a group lasso on every head's slice of the attention output
+  projection (`head_lasso` 3e-3, same seed and data): 4 retrieval heads, exactly one key-value
+  group (L2H4-L2H7), from step 800 on. The retrieval heads of a GQA model cluster by key-value
+  group (they share keys and values); a lasso on output norms does not split a group, since
+  heads with the same pattern can share a write at no extra cost. Side effect: heads outside
+  layer 0 and the copy circuit write little into the residual stream (the other layer-2 heads
+  about 0.2x the median head, against 2.3x for the retrieval heads; `interp ablate` reports
+  this), so masking them is a weak control. Not adopted: lasso 1e-3 (6 layer-2 retrieval heads
+  at step 800), lasso 3e-3 with 4 key-value heads (needle-answer accuracy 0.06 at step 950),
+  and tiny-llama with lasso 3e-3 or 1e-3 (accuracy 0.02 at steps 1450 and 1050, where the
+  unpenalised build had 0.38 at step 975): tiny-llama is the session-2 build.
 
 ## Models
 """
