@@ -42,6 +42,8 @@ results: setup
 		$(VENV)/bin/interp detect retrieval --model $$m --lengths 512,1024 --seeds 8 --out runs/results/$$m/retrieval && \
 		$(VENV)/bin/interp ablate --model $$m --heads retrieval --from runs/results/$$m/retrieval \
 			--lengths 512,1024 --seeds 8 --draws 5 --out runs/results/$$m/ablate && \
+		$(VENV)/bin/interp ablate --model $$m --heads retrieval --from runs/results/$$m/retrieval \
+			--lengths 512,1024 --seeds 8 --draws 10 --random-pool any --out runs/results/$$m/ablate-any && \
 		$(VENV)/bin/interp rope-zero --model $$m --heads retrieval --from runs/results/$$m/retrieval \
 			--lengths 512,1024 --seeds 4 --dims 0,4,8,16,32 --out runs/results/$$m/rope-zero && \
 		$(VENV)/bin/interp rope-profile --model $$m --heads retrieval --from runs/results/$$m/retrieval \

@@ -269,7 +269,7 @@ def test_head_write_norms_match_o_proj_inputs(family, gqa, path):
     real = mask.bool()
     for l, name in enumerate(names):
         mod = plain.get_submodule(name)
-        w = mod.weight if family != "gpt2" else mod.weight.t()  # [d_model, H * hd]
+        w = (mod.weight if family != "gpt2" else mod.weight.t()).detach()  # [d_model, H * hd]
         z = inputs[name].view(*x.shape, spec.n_heads, spec.head_dim)
         for h in range(spec.n_heads):
             write = z[:, :, h] @ w[:, h * spec.head_dim:(h + 1) * spec.head_dim].t()
