@@ -264,3 +264,20 @@ def test_head_lasso_shrinks_head_outputs(tmp_path):
     norms = [float(head_lasso_penalty(AutoModelForCausalLM.from_pretrained(str(tmp_path / d)))) for d in "ab"]
     assert norms[1] < norms[0]
     assert lasso["training"]["loss_curve"][-1]["head_norm_sum"] > 0
+
+
+def test_head_lasso_steps_limits_the_penalty_to_the_first_steps(tmp_path):
+    from safetensors.torch import load_file
+
+    def run(name, **kw):
+        info = train(OrganismConfig(**{**TINY, "head_lasso": 1.0, **kw}), tmp_path / name, steps=3,
+                     log=lambda s: None, log_every=1)
+        return info, load_file(str(tmp_path / name / "model.safetensors"))
+
+    full, w_full = run("full")
+    same, w_same = run("same", head_lasso_steps=3)  # covers every step: the same build
+    early, w_early = run("early", head_lasso_steps=1)
+    assert all(torch.equal(w_full[k], w_same[k]) for k in w_full)
+    assert not all(torch.equal(w_full[k], w_early[k]) for k in w_full)
+    logged = ["head_norm_sum" in c for c in early["training"]["loss_curve"]]
+    assert logged == [True, False, False]

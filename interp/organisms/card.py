@@ -106,7 +106,8 @@ def render_card(info: dict) -> str:
         *([f"- head group lasso {cfg['head_lasso']:g}: the loss adds this weight times the sum over all "
            "heads of the Frobenius norm of the head's slice of the attention output projection, so "
            "each job is done by few heads (unused heads shrink toward zero), as in trained LLMs "
-           "where retrieval heads are a few percent of all heads"]
+           "where retrieval heads are a few percent of all heads"
+           + (f"; applied for the first {cfg['head_lasso_steps']} steps only" if cfg.get("head_lasso_steps") else "")]
           if cfg.get("head_lasso") else []),
         (f"- seed {cfg['seed']}, {tr['steps']} steps, {tr['tokens_seen']:,} tokens, "
         f"{tr['train_seconds'] / 60:.1f} min on {info['environment']['threads']} CPU thread(s) "

@@ -57,6 +57,7 @@ class OrganismConfig:
     # group-lasso weight on each attention head's output projection (sum over heads of the
     # Frobenius norm of its slice): pushes the model to do each job with few heads, as trained LLMs do
     head_lasso: float = 0.0
+    head_lasso_steps: int = 0  # apply the lasso only for the first N steps (0: every step)
 
     @property
     def total_steps(self) -> int:
@@ -278,7 +279,8 @@ def train(
         nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
         nll = nll.view_as(w)
         loss = (nll * w).sum() / w.sum()
-        penalty = head_lasso_penalty(model) if cfg.head_lasso else None
+        lasso_on = cfg.head_lasso and (not cfg.head_lasso_steps or step < cfg.head_lasso_steps)
+        penalty = head_lasso_penalty(model) if lasso_on else None
         objective = loss + cfg.head_lasso * penalty if penalty is not None else loss
         opt.zero_grad(set_to_none=True)
         objective.backward()
@@ -290,8 +292,7 @@ def train(
             acc = ((logits.argmax(-1) == y) & amask).sum().item() / max(1, amask.sum().item())
             cl = nll[cmask].mean().item() if cmask.any() else float("nan")
         window.append((lm, acc, amask.any().item(), cl))
-        if penalty is not None:
-            last_penalty = round(penalty.item(), 3)
+        last_penalty = round(penalty.item(), 3) if penalty is not None else None
         if (step + 1) % log_every == 0 or step + 1 == len(schedule):
             lm_m = sum(v[0] for v in window) / len(window)
             accs = [v[1] for v in window if v[2]]
