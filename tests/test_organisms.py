@@ -261,7 +261,7 @@ def test_head_lasso_shrinks_head_outputs(tmp_path):
 
     from interp.organisms.train import head_lasso_penalty
 
-    norms = [float(head_lasso_penalty(AutoModelForCausalLM.from_pretrained(str(tmp_path / d)))) for d in "ab"]
+    norms = [float(head_lasso_penalty(AutoModelForCausalLM.from_pretrained(str(tmp_path / d))).detach()) for d in "ab"]
     assert norms[1] < norms[0]
     assert lasso["training"]["loss_curve"][-1]["head_norm_sum"] > 0
 
