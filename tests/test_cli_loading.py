@@ -140,6 +140,28 @@ def test_detect_then_ablate_cli_end_to_end(capsys, tmp_path):
                             "--lengths", "256", "--depths", "0.5", "--seeds", "2", "--draws", "2",
                             "--out", str(tmp_path / "abl2")], capsys)
     assert code == 0, err
-    # tiny-qwen2's only layer-matched control heads (L2H0-L2H3) write little: the CLI says so
-    assert "only 1 distinct layer-matched random head set" in err
-    assert "masking nearly silent heads is a weak control" in err and "written to" in err
+    assert "written to" in err
+    assert all(c["head_write_rel"] > 0 for c in res["conditions"][1:])
+    assert len(res["head_write_norm"]) == 4 and len(res["head_write_norm"][0]) == 8
+
+
+def test_ablation_printer_warns_about_silent_control_heads(capsys):
+    from types import SimpleNamespace as NS
+
+    from interp.cli.retrieval_cmds import _print_ablation
+
+    def cond(name, rel):
+        r = {"mean": 1.0, "lo": 1.0, "hi": 1.0}
+        v = None if name == "baseline" else {"diff": 0.0, "diff_lo": 0.0, "diff_hi": 0.0, "p_value": 1.0,
+                                             "cohens_d": 0.0}
+        return NS(name=name, heads=[] if name == "baseline" else ["L0H0"], recall=r, vs_baseline=v,
+                  head_write_rel=rel)
+
+    for rnd_write, warned in [(0.2, True), (1.5, False)]:  # target writes 2.0: warn below half of it
+        res = NS(model="m", mode="zero", heads=["L0H0"], heads_source="explicit", scope="prefill+decode",
+                 conditions=[cond("baseline", None), cond("target", 2.0), cond("random-1", rnd_write),
+                             cond("random-2", rnd_write + 0.1)],
+                 random_pooled=None, distinct_draws=2, random_pool="layer")
+        _print_ablation(res, "out")
+        err = " ".join(capsys.readouterr().err.split())
+        assert ("weak control" in err) is warned, err
