@@ -227,6 +227,16 @@ the model card.
   at step 800), lasso 3e-3 with 4 key-value heads (needle-answer accuracy 0.06 at step 950),
   and tiny-llama with lasso 3e-3 or 1e-3 (accuracy 0.02 at steps 1450 and 1050, where the
   unpenalised build had 0.38 at step 975): tiny-llama is the session-2 build.
+  Two builds that stop the lasso early (`head_lasso_steps`) revive the silent heads and were
+  measured with the README's grid (512/1024 tokens, 80 prompts) but not adopted this session:
+  lasso for the first 800 steps: NIAH 1.00 at every eval cell, copy gap 5.85, retrieval heads
+  L2H4-L2H7 plus L1H1 (0.11), masked 0.00, three distinct layer-matched random sets (L2H0-L2H3 with
+  L1H0, L1H6 or L1H7; they write 0.8-1.4x the median head) keep 0.95-1.00; but the layer-1 key-value
+  group L1H0-L1H3 scores 0.08-0.33, so 5 to 8 heads (up to 25%) are detected depending on the
+  prompts (8 at 256 tokens). Lasso for the first 1500 steps: 4 heads at 512/1024 (5 at 256 and on a
+  smaller 512 grid: L1H3 0.17-0.22), one layer-matched set (recall 1.00) writing 0.42x the median
+  head. The first is the better control and the worse head count; it is the candidate to adopt
+  once the detection threshold question is settled.
 
 ## Models
 """
