@@ -229,6 +229,6 @@ def _print_ablation(res, out):
     rnd = [x.head_write_rel for x in res.conditions if x.name.startswith("random-") and x.head_write_rel is not None]
     if target is not None and target.head_write_rel and rnd and np.mean(rnd) < 0.5 * target.head_write_rel:
         c.print(f"note: the random control heads write {target.head_write_rel / np.mean(rnd):.1f}x less into the "
-                "residual stream than the target heads (ablation.json head_write_norm); masking nearly silent "
-                "heads is a weak control")
+                "residual stream than the target heads (ablation.json head_write_norm); masking heads that "
+                "write little is a weak control")
     c.print(f"written to {out}/")
