@@ -39,8 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -57,8 +55,11 @@ from overhead import (
     _dtype,
     _setup_torch,
     add_common_args,
-    default_budget_gb,
+    bench_env,
+    parse_and_setup,
     print_progress,
+    print_skips_and_errors,
+    write_result,
     run_child,
     sync,
 )
@@ -314,12 +315,7 @@ def print_report(res: dict):
                 ratio = (f"{x['seconds'] / i['seconds']:>17.2f}x"
                          f"{x['peak_bytes'] / max(i['peak_bytes'], 1):>16.1f}x")
             print(f"   {ctx:>6}  {m:<7}{cells}   {ratio}")
-    for x in res["results"]:
-        if "skipped" in x:
-            print(f"   ctx {x['ctx']} eager: skipped (estimate ~{x['estimate_bytes'] / GiB:.1f} GiB; "
-                  f"budget {a['mem_budget_gb']:.1f} GiB)")
-        if "error" in x:
-            print(f"   ctx {x['ctx']} {x['method']}: {x['error']}")
+    print_skips_and_errors(res["results"], "method", a["mem_budget_gb"])
     print()
     print("== score agreement (interp vs eager reference) ==")
     if not res["checks"]:
@@ -344,18 +340,9 @@ def main(argv=None):
     ap.add_argument("--dtype", default="float32",
                     help="both methods (default float32: in bf16, eager's rounded weights tie more and scores may differ)")
     ap.add_argument("--repeats", type=int, default=1, help="timed runs per child (time: the min; memory: the first)")
-    args = ap.parse_args(argv)
-
-    if args._child is not None:
-        child_main(json.loads(args._child))
+    args, torch = parse_and_setup(ap, argv, child_main)
+    if args is None:
         return
-
-    cuda = args.device.startswith("cuda")
-    if args.threads is None:
-        args.threads = 0 if cuda else 1
-    torch = _setup_torch(args.threads)
-    if args.mem_budget_gb is None:
-        args.mem_budget_gb = default_budget_gb(args.device)
     cfg = model_config()
 
     t_start = time.perf_counter()
@@ -365,25 +352,18 @@ def main(argv=None):
           f"one subprocess per measurement ...", flush=True)
     results, checks = measure(args, cfg)
 
-    import transformers
 
     res = {
         "model": MODEL_NAME, "device": args.device, "dtype": args.dtype,
         "model_config": {k: cfg[k] for k in ("num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                                               "hidden_size", "vocab_size", "max_position_embeddings")},
         "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
-        "env": {"torch": torch.__version__, "transformers": transformers.__version__,
-                "python": platform.python_version(), "cpu_count": os.cpu_count(),
-                "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
-                "gpu": torch.cuda.get_device_name(torch.device(args.device)) if cuda else None},
+        "env": bench_env(args, torch),
         "results": results, "checks": checks, "total_wall_s": None,
     }
     res["total_wall_s"] = time.perf_counter() - t_start
     print_report(res)
-    out = Path(args.out) if args.out else HERE / "results" / f"detect-{args.device.split(':')[0]}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=2) + "\n")
-    print(f"\ntotal {res['total_wall_s']:.0f} s; wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    write_result(res, args, "detect")
     failed = [c for c in checks if not c["ok"]]
     errors = [e for e in results if "error" in e]
     if failed:

@@ -380,7 +380,7 @@ def print_report(res: dict):
 
     s = res["rows_sanity"]
     print()
-    print(f"== attention rows, 4 query positions (T/4, T/2, 3T/4, T-1), batch 1 ==")
+    print("== attention rows, 4 query positions (T/4, T/2, 3T/4, T-1), batch 1 ==")
     print(f"   check at ctx {s['ctx']}: interp rows vs eager attentions max |diff| = {s['max_abs_diff']:.3g}")
     print(f"   peak memory: {res['rows'][0].get('mem_method', 'n/a') if res['rows'] else 'n/a'}")
     by = {(e["ctx"], e["kind"]): e for e in res["rows"]}
@@ -403,12 +403,17 @@ def print_report(res: dict):
             tr = f"{e['median_s'] / r['median_s']:.2f}x"
             mr = f"{e['peak_bytes'] / max(r['peak_bytes'], 1):.1f}x"
         print(f"   {ctx:>6} | {cell(a, 18)} | {cell(r, 18)} | {cell(e, 30)} | {tr:>15} {mr:>14}")
-    for e in res["rows"]:
+    print_skips_and_errors(res["rows"], "kind", res["args"]["mem_budget_gb"])
+
+
+def print_skips_and_errors(entries, label_key: str, budget_gb: float) -> None:
+    """One line per skipped (over the memory budget) or failed measurement."""
+    for e in entries:
         if "skipped" in e:
-            print(f"   ctx {e['ctx']} {e['kind']}: skipped (would need ~{e['estimate_bytes'] / GiB:.1f} GiB; "
-                  f"budget {res['args']['mem_budget_gb']:.1f} GiB)")
+            print(f"   ctx {e['ctx']} {e[label_key]}: skipped (would need ~{e['estimate_bytes'] / GiB:.1f} GiB; "
+                  f"budget {budget_gb:.1f} GiB)")
         if "error" in e:
-            print(f"   ctx {e['ctx']} {e['kind']}: {e['error']}")
+            print(f"   ctx {e['ctx']} {e[label_key]}: {e['error']}")
 
 
 def default_budget_gb(device: str) -> float:
@@ -444,6 +449,40 @@ def add_common_args(ap: argparse.ArgumentParser, name: str, child_timeout: float
     ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
 
 
+def bench_env(args, torch) -> dict:
+    """Package versions and machine facts recorded with every benchmark result."""
+    import transformers
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version(), "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
+            "gpu": torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda") else None}
+
+
+def write_result(res: dict, args, name: str) -> None:
+    """Print the report's footer and write the result JSON (default bench/results/NAME-<device>.json)."""
+    out = Path(args.out) if args.out else HERE / "results" / f"{name}-{args.device.split(':')[0]}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2) + "\n")
+    print(f"\ntotal {res['total_wall_s']:.0f} s; wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+
+
+def parse_and_setup(ap: argparse.ArgumentParser, argv, child_main):
+    """Parse a benchmark's arguments. In a measurement subprocess run `child_main` and return
+    (None, None); otherwise fill the device-dependent defaults (threads, memory budget), set up
+    torch and return (args, torch)."""
+    args = ap.parse_args(argv)
+    if args._child is not None:
+        child_main(json.loads(args._child))
+        return None, None
+    if args.threads is None:
+        args.threads = 0 if args.device.startswith("cuda") else 1
+    torch = _setup_torch(args.threads)
+    if args.mem_budget_gb is None:
+        args.mem_budget_gb = default_budget_gb(args.device)
+    return args, torch
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_common_args(ap, "overhead", child_timeout=600)
@@ -456,16 +495,11 @@ def main(argv=None):
     ap.add_argument("--contexts", type=int, nargs="+", default=None, help="part 2 contexts (default 512 2048 8192)")
     ap.add_argument("--repeats-rows", type=int, default=None, help="timed calls per child at ctx <= 2048 (default 3)")
     ap.add_argument("--repeats-long", type=int, default=1, help="timed calls per child at ctx > 2048")
-    args = ap.parse_args(argv)
-
-    if args._child is not None:
-        child_main(json.loads(args._child))
+    args, torch = parse_and_setup(ap, argv, child_main)
+    if args is None:
         return
-
     cuda = args.device.startswith("cuda")
     args.dtype = args.dtype or ("bfloat16" if cuda else "float32")
-    if args.threads is None:
-        args.threads = 0 if cuda else 1
     q = args.quick
     args.seq = args.seq or (256 if q else 1024)
     args.repeats = args.repeats or (5 if q else 9)
@@ -473,9 +507,6 @@ def main(argv=None):
     args.contexts = args.contexts or ([512] if q else [512, 2048, 8192])
     if max(args.contexts) > MODEL["max_position_embeddings"]:
         MODEL["max_position_embeddings"] = max(args.contexts)
-    torch = _setup_torch(args.threads)
-    if args.mem_budget_gb is None:
-        args.mem_budget_gb = default_budget_gb(args.device)
 
     t_start = time.perf_counter()
     print(f"interp overhead benchmark on {args.device} ({args.dtype}, torch threads {torch.get_num_threads()}); "
@@ -487,24 +518,17 @@ def main(argv=None):
     print("part 2: attention rows vs eager (one subprocess per measurement) ...", flush=True)
     rows = part_rows(args)
 
-    import transformers
 
     res = {
         "device": args.device, "dtype": args.dtype, "model": dict(MODEL),
         "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
-        "env": {"torch": torch.__version__, "transformers": transformers.__version__,
-                "python": platform.python_version(), "cpu_count": os.cpu_count(),
-                "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
-                "gpu": torch.cuda.get_device_name(torch.device(args.device)) if cuda else None},
+        "env": bench_env(args, torch),
         "overhead": overhead, "rows_sanity": sanity, "rows": rows,
         "total_wall_s": None,
     }
     res["total_wall_s"] = time.perf_counter() - t_start
     print_report(res)
-    out = Path(args.out) if args.out else HERE / "results" / f"overhead-{args.device.split(':')[0]}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=2) + "\n")
-    print(f"\ntotal {res['total_wall_s']:.0f} s; wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    write_result(res, args, "overhead")
 
 
 if __name__ == "__main__":
