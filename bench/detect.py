@@ -102,13 +102,14 @@ def reference_detect(hf, tok, samples, batch_size: int, max_new_tokens: int | No
     import torch
     from transformers import DynamicCache
 
-    from interp.analyses.niah_run import batches, pad_left
+    from interp.experiments.tasks import length_batches
+    from interp.model import pad_left
     from interp.tasks.niah import score_answer
 
     L, H = hf.config.num_hidden_layers, hf.config.num_attention_heads
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     scores, recall, generated = [None] * len(samples), [None] * len(samples), [None] * len(samples)
-    for idx in batches(samples, batch_size):
+    for idx in length_batches([s.context_length for s in samples], batch_size):
         group = [samples[i] for i in idx]
         ids, mask = pad_left([s.input_ids for s in group], pad_id)
         ids, mask = ids.to(device), mask.to(device)

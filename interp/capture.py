@@ -1,10 +1,13 @@
 """Capture and patching of activations: per-head (inside attention) and per-site (module hooks).
 
 Per-head kinds (head_out, q, k, v) are read inside the attention wrapper; residual kinds
-(resid_pre, resid_post, attn_out, mlp_out) through forward hooks on modules the adapter names.
-Captured tensors are detached; calls of a cached decode are concatenated along the sequence.
-Shapes: residual kinds [batch, seq, d_model]; head kinds [batch, seq, n_heads (n_kv_heads for
-k, v), head_dim].
+(resid_pre, resid_post, attn_out, mlp_out) through hooks on modules the adapter names (see
+`SiteKind` in types.py for every kind's location and shape). Captured tensors are detached; calls
+of a cached decode are concatenated along the sequence. Shapes: residual kinds [batch, seq,
+d_model]; head kinds [batch, seq, n_heads (n_kv_heads for k, v), head_dim].
+
+`Capture` is an observer and `Patch` an editor: a capture always records the values after every
+patch and edit, whatever the order of `model.intervene(...)` arguments or nesting.
 """
 
 from __future__ import annotations
@@ -14,83 +17,70 @@ from typing import Iterable, Mapping, Sequence
 import torch
 
 from .errors import InterventionError, InvalidInputError
+from .interception import SiteHook
 from .interventions import Intervention
-from .types import Site
-
-HEAD_KINDS = ("head_out", "q", "k", "v")
-MODULE_KINDS = ("resid_pre", "resid_post", "attn_out", "mlp_out")
+from .types import CAPTURE_KINDS, HEAD_KINDS, MODULE_KINDS, Site, SiteKind  # noqa: F401 (kind tuples re-exported)
 
 
 def _as_sites(sites) -> tuple[Site, ...]:
     out = []
     for s in sites:
         s = Site.parse(s) if isinstance(s, str) else s
-        if s.kind not in HEAD_KINDS + MODULE_KINDS:
+        if s.kind not in CAPTURE_KINDS:
             raise InvalidInputError(f"site kind {s.kind!r} cannot be captured/patched; use one of "
-                                    f"{', '.join(HEAD_KINDS + MODULE_KINDS)}")
+                                    f"{', '.join(CAPTURE_KINDS)}")
         out.append(s)
     return tuple(out)
 
 
 def _module_for(model, site: Site):
     a = model.adapter
-    layer = a.layers()[site.layer]
-    if site.kind in ("resid_pre", "resid_post"):
-        return layer
-    if site.kind == "attn_out":
+    if site.kind in (SiteKind.RESID_PRE, SiteKind.RESID_POST):
+        return a.layers()[site.layer]
+    if site.kind == SiteKind.ATTN_OUT:
         return a.attn_out_module(site.layer)
-    return a.mlp(site.layer)
-
-
-def _first(output):
-    return output[0] if isinstance(output, tuple) else output
-
-
-def _replace_first(output, new):
-    if isinstance(output, tuple):
-        return (new,) + tuple(output[1:])
-    return new
-
-
-def _hidden_from_pre(args, kwargs):
-    if args:
-        return args[0], ("arg", 0)
-    return kwargs["hidden_states"], ("kw", "hidden_states")
+    if site.kind == SiteKind.MLP_OUT:
+        return a.mlp(site.layer)
+    raise InvalidInputError(f"site {site} is not a module-level site")
 
 
 class _SiteBase(Intervention):
+    site_edits = False  # whether this intervention's module-level site functions are editors
+
     def __init__(self, sites, rows=None):
         super().__init__(rows)
         self.sites = _as_sites(sites)
-        self.head_sites = [s for s in self.sites if s.kind in HEAD_KINDS]
-        self.module_sites = [s for s in self.sites if s.kind in MODULE_KINDS]
+        self.head_sites = [s for s in self.sites if s.site_kind.in_attention]
+        self.module_sites = [s for s in self.sites if s.site_kind.on_module]
 
     def bind(self, model):
         super().bind(model)
         for s in self.sites:
             if not 0 <= s.layer < self.spec.n_layers:
                 raise InvalidInputError(f"site {s}: layer out of range 0..{self.spec.n_layers - 1}")
+            n = s.site_kind.n_heads(self.spec)
+            if s.head is not None and not 0 <= s.head < n:
+                raise InvalidInputError(f"site {s}: head out of range 0..{n - 1}")
 
-    def hooks(self, model):
-        handles = []
-        for site in self.module_sites:
-            mod = _module_for(model, site)
-            if site.kind == "resid_pre":
-                handles.append(mod.register_forward_pre_hook(self._pre_hook(site, model), with_kwargs=True))
-            else:
-                handles.append(mod.register_forward_hook(self._post_hook(site, model)))
-        return handles
+    def site_hooks(self, model):
+        return [SiteHook(_module_for(model, s), s.site_kind.hook, self._site_fn(s), edits=self.site_edits)
+                for s in self.module_sites]
+
+    def _site_fn(self, site):
+        raise NotImplementedError
 
 
 class Capture(_SiteBase):
-    """Record activations at sites. `cap[site]` (Site or 'L3.resid_pre') gives the tensor."""
+    """Record activations at sites. `cap[site]` (Site or 'L3.resid_pre') gives the tensor.
+
+    An observer: it records the values after every edit (ablations, RoPE zeroing, patches)."""
 
     def __init__(self, sites: Iterable[Site | str], rows: Sequence[int] | None = None, to_cpu: bool = False):
         super().__init__(sites, rows)
         self.to_cpu = to_cpu
         self._store: dict[Site, list[tuple[int, torch.Tensor]]] = {s: [] for s in self.sites}
-        self.edits_qkv = any(s.kind in ("q", "k", "v") for s in self.head_sites)
-        self.edits_out = any(s.kind == "head_out" for s in self.head_sites)
+        self.observes_qkv = any(s.kind in ("q", "k", "v") for s in self.head_sites)
+        self.observes_out = any(s.kind == "head_out" for s in self.head_sites)
 
     def _keep(self, site, batch_start, t):
         t = t.detach()
@@ -98,29 +88,21 @@ class Capture(_SiteBase):
             t = t.cpu()
         self._store[site].append((batch_start, t))
 
-    def _pre_hook(self, site, model):
-        def hook(module, args, kwargs):
-            h, _ = _hidden_from_pre(args, kwargs)
-            self._keep(site, model._state.batch_start, h)
-        return hook
+    def _site_fn(self, site):
+        def observe(t, batch_start):
+            self._keep(site, batch_start, t)
+        return observe
 
-    def _post_hook(self, site, model):
-        def hook(module, args, output):
-            self._keep(site, model._state.batch_start, _first(output))
-        return hook
-
-    def edit_qkv(self, call, q, k, v):
+    def observe_qkv(self, call, q, k, v):
         for s in self.head_sites:
             if s.layer == call.layer and s.kind in ("q", "k", "v"):
                 t = {"q": q, "k": k[:, :, -call.q_len:], "v": v[:, :, -call.q_len:]}[s.kind]
                 self._keep(s, call.batch_start, t.transpose(1, 2))
-        return q, k, v
 
-    def edit_out(self, call, out):
+    def observe_out(self, call, out):
         for s in self.head_sites:
             if s.layer == call.layer and s.kind == "head_out":
                 self._keep(s, call.batch_start, out)
-        return out
 
     def __getitem__(self, site) -> torch.Tensor:
         site = Site.parse(site) if isinstance(site, str) else site
@@ -151,79 +133,78 @@ class Patch(_SiteBase):
     """Replace activations at sites with given values (or apply a function to them).
 
     `values` maps Site (or 'L3.resid_pre', 'L2.head_out.H1') to a tensor shaped like the captured
-    activation of the rows it targets ([len(rows) or batch, seq, ...]) or to a callable
-    `fn(tensor) -> tensor`. `positions` restricts the patch to those sequence positions (the value
-    then has that many positions). Values must match the call's sequence length: patching is for
-    full forward passes, not single decode steps.
+    activation of the rows it targets ([len(rows) or batch, seq, ...]; row i of the value patches
+    rows[i], or global batch row i without `rows`) or to a callable `fn(tensor) -> tensor`, called
+    once per forward chunk on the targeted block [n_rows, n_positions, ...]. `positions`
+    restricts the patch to those sequence positions (the value then has that many positions).
+    Values must match the call's sequence length: patching is for full forward passes, not single
+    decode steps. Rows are patched together with index tensors, so hundreds of rows (each with its
+    own value row) cost one indexed copy per site and chunk. An editor: captures see the patched
+    values.
     """
+
+    site_edits = True
 
     def __init__(self, values: Mapping, rows: Sequence[int] | None = None, positions: Sequence[int] | None = None):
         super().__init__(list(values.keys()), rows)
         self.values = {(Site.parse(k) if isinstance(k, str) else k): v for k, v in values.items()}
-        self.positions = None if positions is None else list(positions)
-        self.edits_qkv = any(s.kind in ("q", "k", "v") for s in self.head_sites)
+        self.positions = None if positions is None else [int(p) for p in positions]
+        self.edits_qkv = any(s.kind == "q" for s in self.head_sites)
         self.edits_out = any(s.kind == "head_out" for s in self.head_sites)
 
     def bind(self, model):
         super().bind(model)
-        for s in self.head_sites:
-            if s.kind in ("k", "v"):
+        for s in self.sites:
+            if not s.site_kind.patchable:
                 raise InvalidInputError("patching k/v is not supported (the KV cache would keep the old values); "
                                         "patch head_out or q")
 
-    def _apply(self, site, t: torch.Tensor, batch_start: int, head_axis: int | None) -> torch.Tensor:
+    def _apply(self, site, t: torch.Tensor, batch_start: int) -> torch.Tensor:
+        """t [b, s, ...] (q transposed to [b, s, heads, d]) with the patch applied to its rows, out of place."""
         value = self.values[site]
-        b = t.shape[0]
-        rows = list(range(b)) if self.rows is None else [r - batch_start for r in self.rows if 0 <= r - batch_start < b]
-        if not rows:
-            return t
-        sel_rows = [r + batch_start for r in rows]
+        b, n_pos = t.shape[0], t.shape[1]
+        dev = t.device
+        if self.rows is None:
+            local = torch.arange(b, device=dev)
+            src = local + batch_start  # value rows are global batch rows
+        else:
+            local, src = self._rows_in(batch_start, b, dev)  # value rows are positions in `rows`
+            if local.numel() == 0:
+                return t
+        pos = (torch.arange(n_pos, device=dev) if self.positions is None
+               else torch.as_tensor(self.positions, dtype=torch.long, device=dev))
+        idx = (local[:, None], pos[None, :]) + (() if site.head is None else (site.head,))
+        cur = t[idx]  # [n_rows, n_positions, ...]
+        if callable(value):
+            new = value(cur)
+        else:
+            value = torch.as_tensor(value)
+            need = int(src.max())
+            if value.shape[0] <= need:
+                raise InterventionError(f"patch value for {site} has {value.shape[0]} rows; row {need} needed")
+            new = value.index_select(0, src.to(value.device)).to(device=dev, dtype=t.dtype)
+        if new.shape != cur.shape:
+            raise InterventionError(f"patch value for {site} has shape {tuple(new.shape[1:])} per row, "
+                                    f"the activation has {tuple(cur.shape[1:])}")
         t = t.clone()
-        pos = slice(None) if self.positions is None else torch.tensor(self.positions, device=t.device)
-        for i, r in enumerate(rows):
-            idx = [r, pos]
-            if site.head is not None:
-                idx.append(site.head)
-            cur = t[tuple(idx)]
-            if callable(value):
-                new = value(cur)
-            else:
-                src = self.rows.index(sel_rows[i]) if self.rows is not None else sel_rows[i]
-                if value.shape[0] <= src:
-                    raise InterventionError(f"patch value for {site} has {value.shape[0]} rows; row {src} needed")
-                new = value[src].to(device=t.device, dtype=t.dtype)
-            if new.shape != cur.shape:
-                raise InterventionError(f"patch value for {site} has shape {tuple(new.shape)} per row, "
-                                        f"the activation has {tuple(cur.shape)}")
-            t[tuple(idx)] = new
+        t[idx] = new
         return t
 
-    def _pre_hook(self, site, model):
-        def hook(module, args, kwargs):
-            h, (where, key) = _hidden_from_pre(args, kwargs)
-            new = self._apply(site, h, model._state.batch_start, None)
-            if where == "arg":
-                return (new,) + tuple(args[1:]), kwargs
-            kwargs = dict(kwargs)
-            kwargs[key] = new
-            return args, kwargs
-        return hook
-
-    def _post_hook(self, site, model):
-        def hook(module, args, output):
-            return _replace_first(output, self._apply(site, _first(output), model._state.batch_start, None))
-        return hook
+    def _site_fn(self, site):
+        def edit(t, batch_start):
+            return self._apply(site, t, batch_start)
+        return edit
 
     def edit_qkv(self, call, q, k, v):
         for s in self.head_sites:
             if s.layer == call.layer and s.kind == "q":
-                q = self._apply(s, q.transpose(1, 2), call.batch_start, 2).transpose(1, 2)
+                q = self._apply(s, q.transpose(1, 2), call.batch_start).transpose(1, 2)
         return q, k, v
 
     def edit_out(self, call, out):
         for s in self.head_sites:
             if s.layer == call.layer and s.kind == "head_out":
-                out = self._apply(s, out, call.batch_start, 2)
+                out = self._apply(s, out, call.batch_start)
         return out
 
 

@@ -11,6 +11,16 @@ When interventions are active, the wrapper hands them, per layer and per call:
   k, v [batch, n_kv_heads, k_len, head_dim]  (after the KV-cache update: every cached key)
   out [batch, q_len, n_heads, head_dim]  (per-head output, i.e. the o_proj input)
 Edits are out of place, so cached keys/values are never modified.
+
+Order within one attention call: every active intervention's `edit_qkv` (editors, in the order
+they became active), then every observer's `observe_qkv` / `observe_qk` on the final q, k, v, then
+the base attention, then every `edit_out`, then every `observe_out` on the final per-head output.
+So observers see the values after every edit, whatever the argument order or nesting of
+`model.intervene(...)`.
+
+Module-level sites (resid_pre, resid_post, attn_out, mlp_out) go through one torch hook per
+(module, pre/post) while any intervention uses it (`SiteHook`, `InterceptState.add_site_hook`):
+it runs the editors' functions in the order they were added, then the observers'.
 """
 
 from __future__ import annotations
@@ -38,21 +48,124 @@ class AttnCall:
     q_len: int
     k_len: int
 
-    def local_rows(self, rows: tuple[int, ...] | None, batch_size: int) -> torch.Tensor | None:
+    def local_rows(self, rows, batch_size: int) -> torch.Tensor | None:
         """Map global batch rows to indices in this call's batch; None means every row."""
         if rows is None:
             return None
-        local = [r - self.batch_start for r in rows if 0 <= r - self.batch_start < batch_size]
-        return torch.tensor(local, dtype=torch.long)
+        return select_rows(rows, self.batch_start, batch_size)[0]
+
+
+def select_rows(rows, batch_start: int, batch_size: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Global batch rows (a sequence or 1-D long tensor) that fall in the chunk
+    [batch_start, batch_start + batch_size): (their indices in the chunk, their positions in `rows`),
+    both long tensors, in the order of `rows`."""
+    r = torch.as_tensor(rows, dtype=torch.long, device=device).reshape(-1)
+    local = r - batch_start
+    where = ((local >= 0) & (local < batch_size)).nonzero().reshape(-1)
+    return local[where], where
+
+
+def first_output(output):
+    """The tensor a module outputs (its first element when it returns a tuple)."""
+    return output[0] if isinstance(output, tuple) else output
+
+
+def replace_first_output(output, new):
+    if isinstance(output, tuple):
+        return (new,) + tuple(output[1:])
+    return new
+
+
+@dataclass(eq=False)
+class SiteHook:
+    """One module-level site function of an intervention.
+
+    when="pre": `fn` gets the module's input hidden states (first positional argument, else the
+    `hidden_states` keyword); when="post": the module's output (its first element for tuples).
+    `fn(tensor, batch_start)`: an editor (edits=True) returns the replacement tensor; an observer
+    returns nothing. Editors always run before observers on the same module and side.
+    """
+
+    module: Any
+    when: str
+    fn: Callable
+    edits: bool
+
+
+class _SiteDispatch:
+    """The one torch hook on (module, pre|post) while any SiteHook uses it."""
+
+    def __init__(self, state: "InterceptState", module, when: str):
+        self.state = state
+        self.editors: list[SiteHook] = []
+        self.observers: list[SiteHook] = []
+        if when == "pre":
+            self.handle = module.register_forward_pre_hook(self._pre, with_kwargs=True)
+        elif when == "post":
+            self.handle = module.register_forward_hook(self._post)
+        else:
+            raise ValueError(f"SiteHook.when must be 'pre' or 'post', got {when!r}")
+
+    def _run(self, t):
+        start = self.state.batch_start
+        for h in self.editors:
+            t = h.fn(t, start)
+        for h in self.observers:
+            h.fn(t, start)
+        return t
+
+    def _pre(self, module, args, kwargs):
+        if args:
+            new = self._run(args[0])
+            return ((new,) + tuple(args[1:]), kwargs) if self.editors else None
+        new = self._run(kwargs["hidden_states"])
+        if not self.editors:
+            return None
+        kwargs = dict(kwargs)
+        kwargs["hidden_states"] = new
+        return args, kwargs
+
+    def _post(self, module, args, output):
+        new = self._run(first_output(output))
+        return replace_first_output(output, new) if self.editors else None
+
+
+class _SiteHookHandle:
+    def __init__(self, state: "InterceptState", key, hook: SiteHook):
+        self.state, self.key, self.hook = state, key, hook
+
+    def remove(self) -> None:
+        d = self.state.site_dispatch.get(self.key)
+        if d is None:
+            return
+        for lst in (d.editors, d.observers):
+            for i, h in enumerate(lst):
+                if h is self.hook:
+                    del lst[i]
+                    break
+        if not d.editors and not d.observers:
+            d.handle.remove()
+            del self.state.site_dispatch[self.key]
 
 
 @dataclass
 class InterceptState:
-    """Per-model state read by the wrapper. `active` is the ordered list of live interventions."""
+    """Per-model state read by the wrapper. `active` is the ordered list of live interventions;
+    `site_dispatch` the module hooks in use, keyed by (id(module), "pre"|"post")."""
 
     spec: Any
     active: list = field(default_factory=list)
     batch_start: int = 0
+    site_dispatch: dict = field(default_factory=dict)
+
+    def add_site_hook(self, hook: SiteHook) -> _SiteHookHandle:
+        """Add a module-level site function; returns a handle whose `remove()` takes it out again."""
+        key = (id(hook.module), hook.when)
+        d = self.site_dispatch.get(key)
+        if d is None:
+            d = self.site_dispatch[key] = _SiteDispatch(self, hook.module, hook.when)
+        (d.editors if hook.edits else d.observers).append(hook)
+        return _SiteHookHandle(self, key, hook)
 
 
 def _base_function(module: Any, base: str) -> Callable:
@@ -81,16 +194,23 @@ def _make_wrapper(base: str) -> Callable:
             q_len=query.shape[2],
             k_len=key.shape[2],
         )
-        for iv in state.active:
-            if iv.edits_qkv:
+        active = tuple(state.active)
+        # editors first, then observers, so observers always see the edited values
+        for iv in active:
+            if getattr(iv, "edits_qkv", False):
                 query, key, value = iv.edit_qkv(call, query, key, value)
-        for iv in state.active:
-            if iv.observes_qk:
+        for iv in active:
+            if getattr(iv, "observes_qkv", False):
+                iv.observe_qkv(call, query, key, value)
+            if getattr(iv, "observes_qk", False):  # the older name of observe_qkv, same arguments
                 iv.observe_qk(call, query, key, value)
         out, weights = fn(module, query, key, value, attention_mask, **kwargs)
-        for iv in state.active:
-            if iv.edits_out:
+        for iv in active:
+            if getattr(iv, "edits_out", False):
                 out = iv.edit_out(call, out)
+        for iv in active:
+            if getattr(iv, "observes_out", False):
+                iv.observe_out(call, out)
         return out, weights
 
     interp_attention.__name__ = f"interp_attention_{base}"

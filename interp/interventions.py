@@ -4,6 +4,13 @@ Attention-level interventions act inside the attention wrapper (see interception
 post-RoPE q/k, the values, or the per-head output before the output projection. Site-level ones
 (residual stream, attention-out, MLP-out) use module hooks resolved by the adapter. Every
 intervention may target a subset of batch rows (`rows=`, global row indices).
+
+Editors and observers. An intervention EDITS through `edit_qkv` / `edit_out` (flags `edits_qkv`,
+`edits_out`) and editor `SiteHook`s; it OBSERVES through `observe_qkv` (flag `observes_qkv`; the
+older `observes_qk` + `observe_qk(call, q, k, v)` works the same), `observe_out` (flag
+`observes_out`) and observer `SiteHook`s. Observers always run after every editor, so they see
+the edited values whatever the order of `model.intervene(...)` arguments or the nesting of
+`intervene` contexts; editors run in the order they became active.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from typing import Iterable, Sequence
 import torch
 
 from .errors import InterventionError, InvalidInputError
-from .interception import AttnCall
+from .interception import AttnCall, SiteHook, select_rows
 from .types import HeadId, HeadLike, as_heads
 
 ABLATION_MODES = ("zero", "mean", "uniform")
@@ -22,11 +29,18 @@ ZERO_SIDES = ("q", "k", "both")
 
 
 class Intervention:
-    """Base class. Flags tell the attention wrapper which methods to call."""
+    """Base class. Flags tell the attention wrapper which methods to call.
+
+    Editors: edit_qkv(call, q, k, v) -> (q, k, v) and edit_out(call, out) -> out, out of place.
+    Observers: observe_qkv(call, q, k, v) (or the older observe_qk) and observe_out(call, out),
+    which return nothing and run after every editor. Module-level sites: `site_hooks(model)`.
+    """
 
     edits_qkv = False
-    observes_qk = False
     edits_out = False
+    observes_qkv = False
+    observes_qk = False  # older name of observes_qkv: the wrapper calls observe_qk(call, q, k, v)
+    observes_out = False
 
     def __init__(self, rows: Sequence[int] | None = None):
         self.rows = None if rows is None else tuple(int(r) for r in rows)
@@ -35,9 +49,26 @@ class Intervention:
         """Validate against the model (raise InvalidInputError) and prepare."""
         self.spec = model.spec
 
-    def hooks(self, model) -> list:
-        """Module hooks to add; their handles are removed on exit."""
+    def site_hooks(self, model) -> list[SiteHook]:
+        """Module-level site functions (editors and observers); removed on exit."""
         return []
+
+    def hooks(self, model) -> list:
+        """Raw torch module hooks to add; their handles are removed on exit. They are not ordered
+        against editors/observers: prefer `site_hooks`."""
+        return []
+
+    def edit_qkv(self, call: AttnCall, q, k, v):
+        return q, k, v
+
+    def edit_out(self, call: AttnCall, out):
+        return out
+
+    def observe_qkv(self, call: AttnCall, q, k, v) -> None:
+        pass
+
+    def observe_out(self, call: AttnCall, out) -> None:
+        pass
 
     def describe(self) -> dict:
         return {"type": type(self).__name__, "rows": self.rows}
@@ -52,7 +83,29 @@ class Intervention:
                 )
 
     def _row_index(self, call: AttnCall, batch_size: int):
-        return call.local_rows(self.rows, batch_size)
+        """Indices into this call's batch of the targeted rows (distinct); None means every row."""
+        return None if self.rows is None else self._rows_in(call.batch_start, batch_size)[0]
+
+    def _row_table(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The distinct rows of `rows` and the position where each first appears (built once)."""
+        if getattr(self, "_row_table_of", None) != self.rows:
+            first: dict[int, int] = {}
+            for i, r in enumerate(self.rows):
+                first.setdefault(r, i)
+            self._row_ids = torch.tensor(list(first.keys()), dtype=torch.long)
+            self._row_src = torch.tensor(list(first.values()), dtype=torch.long)
+            self._row_table_of = self.rows
+        return self._row_ids, self._row_src
+
+    def _rows_in(self, batch_start: int, batch_size: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(indices in the chunk, positions in `rows`) of the distinct targeted rows inside the chunk;
+        rows outside the chunk (or negative) are left out."""
+        ids, first = self._row_table()
+        local, where = select_rows(ids, batch_start, batch_size)
+        src = first[where]
+        if device is not None:
+            local, src = local.to(device), src.to(device)
+        return local, src
 
 
 def _heads_by_layer(heads: Iterable[HeadId]) -> dict[int, list[int]]:
@@ -63,19 +116,19 @@ def _heads_by_layer(heads: Iterable[HeadId]) -> dict[int, list[int]]:
 
 
 def _assign(t: torch.Tensor, rows: torch.Tensor | None, head_dim_axis: int, heads: list[int], value) -> torch.Tensor:
-    """Out-of-place t[rows][..., heads, ...] = value along `head_dim_axis` (1 for q/k, 2 for out)."""
+    """Out-of-place t[rows][..., heads, ...] = value, heads on `head_dim_axis` (1 for q/k
+    [b, H, s, d], 2 for out [b, s, H, d]). `value`: a scalar or [len(heads), head_dim]. One clone;
+    rows and heads are index tensors."""
     t = t.clone()
-    idx: list = [slice(None)] * t.ndim
-    head_idx = torch.tensor(heads, dtype=torch.long, device=t.device)
+    view = t if head_dim_axis == 1 else t.transpose(1, 2)  # [b, H, s, d], sharing the clone's storage
+    h = torch.as_tensor(heads, dtype=torch.long, device=t.device)
+    if torch.is_tensor(value):
+        value = value.to(device=t.device, dtype=t.dtype)[:, None, :]  # [n_heads, 1 (seq), d]
     if rows is None:
-        idx[head_dim_axis] = head_idx
-        t[tuple(idx)] = value
+        view[:, h] = value
     else:
-        rows = rows.to(t.device)
-        for r in rows.tolist():
-            idx[0] = r
-            idx[head_dim_axis] = head_idx
-            t[tuple(idx)] = value
+        r = rows.to(t.device)
+        view[r[:, None], h[None, :]] = value  # [n_rows, n_heads, s, d]
     return t
 
 
@@ -180,16 +233,19 @@ class ZeroRopeDims(Intervention):
             )
 
     def _zero(self, t, call, heads):
-        t = t.clone()
-        rows = self._row_index(call, t.shape[0])
-        dims = torch.tensor(self.dims, device=t.device)
-        for h in heads:
-            if rows is None:
-                t[:, h, :, dims] = 0.0
-            else:
-                for r in rows.tolist():
-                    t[r, h, :, dims] = 0.0
-        return t
+        """t [b, heads, s, d] with dims `self.dims` of `heads` (of the targeted rows) set to 0, out of place."""
+        b, n, _, d = t.shape
+        dev = t.device
+        hd = torch.zeros(n, d, dtype=torch.bool, device=dev)
+        hd[torch.as_tensor(heads, dtype=torch.long, device=dev)[:, None],
+           torch.as_tensor(self.dims, dtype=torch.long, device=dev)[None, :]] = True
+        mask = hd[None, :, None, :]  # [1, heads, 1, d]
+        rows = self._row_index(call, b)
+        if rows is not None:
+            rm = torch.zeros(b, dtype=torch.bool, device=dev)
+            rm[rows.to(dev)] = True
+            mask = mask & rm[:, None, None, None]
+        return t.masked_fill(mask, 0.0)
 
     def edit_qkv(self, call, q, k, v):
         if call.layer not in self.q_by_layer:

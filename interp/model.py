@@ -34,6 +34,21 @@ def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def pad_left(seqs: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-id sequences (lists, arrays or 1-D tensors) -> left-padded (ids, mask), both [n, max_len] long.
+
+    The one padding helper of the package: every batch of prompts of different lengths is built here.
+    """
+    n = max((len(s) for s in seqs), default=0)
+    ids = torch.full((len(seqs), n), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((len(seqs), n), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if len(s):
+            ids[i, n - len(s):] = torch.as_tensor(s, dtype=torch.long)
+            mask[i, n - len(s):] = 1
+    return ids, mask
+
+
 class Model:
     """Holds `hf` (the transformers model), `tokenizer`, `spec` and the adapter.
 
@@ -72,23 +87,31 @@ class Model:
     # ---- interventions -----------------------------------------------------------------
     @contextlib.contextmanager
     def intervene(self, *interventions):
-        """Apply interventions for the body of the `with`; all are removed on exit, also on error."""
+        """Apply interventions for the body of the `with`; all are removed on exit, also on error.
+
+        Editors (ablations, RoPE zeroing, patches) act in the order they became active (argument
+        order, outer contexts first); observers (captures, recorders) always see the values after
+        every edit, whatever the argument order or nesting.
+        """
         for iv in interventions:
             if not hasattr(iv, "bind"):
                 raise InvalidInputError(f"{iv!r} is not an interp intervention")
             iv.bind(self)
         handles = []
-        added = 0
+        added = []
         try:
             for iv in interventions:
                 handles.extend(iv.hooks(self))
+                site_hooks = getattr(iv, "site_hooks", None)
+                for sh in (site_hooks(self) if site_hooks is not None else ()):
+                    handles.append(self._state.add_site_hook(sh))
                 self._state.active.append(iv)
-                added += 1
+                added.append(iv)
             yield self
         finally:
-            for h in handles:
+            for h in reversed(handles):
                 h.remove()
-            for iv in interventions[:added]:
+            for iv in added:
                 self._state.active.remove(iv)
 
     # ---- tokenisation and forward ------------------------------------------------------
@@ -99,6 +122,13 @@ class Model:
             texts = [texts]
         enc = self.tokenizer(list(texts), return_tensors="pt", padding=True, add_special_tokens=add_special_tokens)
         return Batch(enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device))
+
+    def pad(self, seqs: Sequence[Sequence[int]]) -> Batch:
+        """Left-padded Batch of token-id sequences on the model's device (pad id from the tokenizer, else 0)."""
+        tok = self.tokenizer
+        pad_id = tok.pad_token_id if tok is not None and tok.pad_token_id is not None else 0
+        ids, mask = pad_left(seqs, pad_id)
+        return Batch(ids.to(self.device), mask.to(self.device))
 
     def as_batch(self, inputs, attention_mask=None) -> Batch:
         if isinstance(inputs, Batch):

@@ -43,19 +43,28 @@ def threshold_sweep(result: dict):
     return fig
 
 
-def recall_by_condition(result: dict):
+def _metric_axis(metric: str) -> dict:
+    """Axis title and, for 0/1 metrics, the fixed [0, 1] range."""
+    if metric in ("recall", "exact_prefix"):
+        return {"yaxis_title": f"NIAH {metric}", "yaxis_range": [0, 1.05]}
+    return {"yaxis_title": metric}
+
+
+def metric_by_condition(result: dict):
+    """Bars: the ablation result's primary metric per condition, with its 95% bootstrap CI."""
     go = _go()
+    metric = result["metric"]
     conds = list(result["conditions"])
     if result.get("random_pooled"):
         conds.append(result["random_pooled"])
     names = [c["name"] for c in conds]
-    means = [c["recall"]["mean"] for c in conds]
-    hi = [c["recall"]["hi"] - c["recall"]["mean"] for c in conds]
-    lo = [c["recall"]["mean"] - c["recall"]["lo"] for c in conds]
-    fig = go.Figure(go.Bar(x=names, y=means, error_y={"type": "data", "array": hi, "arrayminus": lo}))
-    fig.update_layout(title=f"NIAH recall by condition, {result['model']} ({result['mode']} ablation of "
+    est = [c["estimates"][metric] for c in conds]
+    fig = go.Figure(go.Bar(x=names, y=[e["mean"] for e in est],
+                           error_y={"type": "data", "array": [e["hi"] - e["mean"] for e in est],
+                                    "arrayminus": [e["mean"] - e["lo"] for e in est]}))
+    fig.update_layout(title=f"{metric} by condition, {result['model']} ({result['mode']} ablation of "
                             f"{len(result['heads'])} heads, {result['scope']}; 95% bootstrap CI)",
-                      yaxis_title="recall", yaxis_range=[0, 1.05])
+                      **_metric_axis(metric))
     return fig
 
 
@@ -72,16 +81,16 @@ def rope_dose_response(result: dict):
     doses = result["doses"]
     for key, name in (("target", "target heads, band zeroed"), ("random_pooled", "same heads, random dims"),
                       ("matched_pooled", "matched other heads, band zeroed")):
-        pts = [(d["dose"], d[key]["recall"]) for d in doses if d.get(key)]
+        pts = [(d["dose"], d[key]["metric"]) for d in doses if d.get(key)]
         xs = [p[0] for p in pts]
         fig.add_trace(go.Scatter(
             x=xs, y=[p[1]["mean"] for p in pts], mode="lines+markers", name=name,
             error_y={"type": "data", "array": [p[1]["hi"] - p[1]["mean"] for p in pts],
                      "arrayminus": [p[1]["mean"] - p[1]["lo"] for p in pts]}))
     rope = result["baseline"]["rope"]
-    fig.update_layout(title=f"NIAH recall vs {result['band']}-frequency dims zeroed ({result['side']} side), "
+    fig.update_layout(title=f"{result['metric']} vs {result['band']}-frequency dims zeroed ({result['side']} side), "
                             f"{result['model']} (of {rope['rotary_dims']} rotary dims; 95% CI)",
-                      xaxis_title="dims zeroed per head", yaxis_title="recall", yaxis_range=[0, 1.05])
+                      xaxis_title="dims zeroed per head", **_metric_axis(result["metric"]))
     return fig
 
 

@@ -78,7 +78,7 @@ def induction_figures(result: dict) -> dict:
     if causal:
         conds = list(causal["conditions"]) + ([causal["random_pooled"]] if causal.get("random_pooled") else [])
         figs["ablation_late_loss"] = _ci_bars(
-            [c["name"] for c in conds], [c["late_loss"] for c in conds],
+            [c["name"] for c in conds], [c["estimates"]["late_loss"] for c in conds],
             f"Second-copy loss by condition, {result['model']} ({causal['mode']} ablation; 95% bootstrap CI)",
             "loss (nats)")
     return figs

@@ -56,8 +56,8 @@ RETRIEVAL = [
              "print(det.baseline_recall, det.heads)\nplotting.retrieval_heatmap(det.to_dict())"),
     ("code", "abl = run_ablation(model, AblationConfig(heads=det.head_ids(), niah=niah, mode=MODE, draws=DRAWS),\n"
              "                   samples=samples)\n"
-             "[(c.name, c.recall['mean'], c.recall['lo'], c.recall['hi']) for c in abl.conditions]"),
-    ("code", "plotting.recall_by_condition(abl.to_dict())"),
+             "abl.to_frame()[['condition', 'metric', 'mean', 'lo', 'hi', 'diff', 'p_value']]"),
+    ("code", "plotting.metric_by_condition(abl.to_dict())"),
 ]
 
 if __name__ == "__main__":

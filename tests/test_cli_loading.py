@@ -102,8 +102,8 @@ def test_minilm_encoder_loads_and_matches_plain_bert():
     (["ablate", "--heads", "L1X"], "bad head id"),
     (["detect", "retrieval", "--model", "tiny-random-qwen2"], "NIAH needs a tokenizer"),
     (["detect", "retrieval", "--model", "no-such-model"], "no-such-model"),
-    (["ablate", "--heads", "L9H0"], "is outside the model: layers are 0..3, heads 0..7"),
-    (["ablate", "--heads", "L0H8", "--model", "tiny-llama"], "is outside the model: layers are 0..3, heads 0..3"),
+    (["ablate", "--heads", "L9H0"], "is outside the model: layers 0..3, query heads 0..7"),
+    (["ablate", "--heads", "L0H8", "--model", "tiny-llama"], "is outside the model: layers 0..3, query heads 0..3"),
     (["ablate", "--heads", "L0H0", "--lengths", "24"], "is too short for the needle and question"),
     (["ablate", "--heads", "L0H0", "--needles", "NEEDLES_MISSING_FIELD"], "missing or empty string field(s)"),
 ])
@@ -134,7 +134,7 @@ def test_detect_then_ablate_cli_end_to_end(capsys, tmp_path):
     assert code == 0, err
     res = json.loads(out)
     assert sorted(res["heads"]) == sorted(json.loads((det / "retrieval.json").read_text())["heads"])
-    assert (abl / "ablation.json").exists() and (abl / "recall_by_condition.html").exists()
+    assert (abl / "ablation.json").exists() and (abl / "metric_by_condition.html").exists()
     assert [c["name"] for c in res["conditions"]] == ["baseline", "target", "random-1", "random-2"]
     code, _, err = run_cli(["ablate", "--model", "tiny-qwen2", "--heads", "retrieval", "--from", str(det),
                             "--lengths", "256", "--depths", "0.5", "--seeds", "2", "--draws", "2",
@@ -154,14 +154,15 @@ def test_ablation_printer_warns_about_silent_control_heads(capsys):
         r = {"mean": 1.0, "lo": 1.0, "hi": 1.0}
         v = None if name == "baseline" else {"diff": 0.0, "diff_lo": 0.0, "diff_hi": 0.0, "p_value": 1.0,
                                              "cohens_d": 0.0}
-        return NS(name=name, heads=[] if name == "baseline" else ["L0H0"], recall=r, vs_baseline=v,
-                  head_write_rel=rel)
+        return NS(name=name, heads=[] if name == "baseline" else ["L0H0"], estimates={"recall": r},
+                  vs_baseline=None if v is None else {"recall": v}, head_write_rel=rel)
 
     for rnd_write, warned in [(0.2, True), (1.5, False)]:  # target writes 2.0: warn below half of it
         res = NS(model="m", mode="zero", heads=["L0H0"], heads_source="explicit", scope="prefill+decode",
                  conditions=[cond("baseline", None), cond("target", 2.0), cond("random-1", rnd_write),
                              cond("random-2", rnd_write + 0.1)],
-                 random_pooled=None, distinct_draws=2, random_pool="layer")
+                 random_pooled=None, distinct_draws=2, random_pool="layer", metric="recall",
+                 target_vs_random=None)
         _print_ablation(res, "out")
         err = " ".join(capsys.readouterr().err.split())
         assert ("weak control" in err) is warned, err

@@ -70,10 +70,10 @@ def test_causal_check_moves_second_copy_loss(planted):
     names = [c["name"] for c in cz["conditions"]]
     assert names == ["baseline", "target", "random-1", "random-2", "random-3"]
     target = cz["conditions"][1]
-    assert target["late_loss_vs_baseline"]["diff_lo"] > 2.0  # ablating the induction head: +2 nats or more
-    assert abs(target["icl_score"]["mean"]) < 0.05  # ... and the in-context learning is gone
+    assert target["vs_baseline"]["late_loss"]["diff_lo"] > 2.0  # ablating the induction head: +2 nats or more
+    assert abs(target["estimates"]["icl"]["mean"]) < 0.05  # ... and the in-context learning is gone
     rnd = cz["random_pooled"]
-    assert abs(rnd["late_loss_vs_baseline"]["diff"]) < 0.05  # matched random heads (other layer-1 heads)
+    assert abs(rnd["vs_baseline"]["late_loss"]["diff"]) < 0.05  # matched random heads (other layer-1 heads)
     assert cz["target_vs_random_late_loss"]["diff_lo"] > 2.0
     for c in cz["conditions"][2:]:
         assert len(c["heads"]) == 1 and c["heads"][0].startswith("L1H") and c["heads"][0] != "L1H1"
@@ -92,7 +92,7 @@ def test_mean_and_uniform_ablation_also_break_induction():
     for mode in ("mean", "uniform"):
         d = detect_induction_heads(model, _config(mode=mode, draws=1, heads=("L1H1",))).to_dict()
         assert d["causal"]["heads_source"] == "explicit"
-        assert d["causal"]["conditions"][1]["late_loss_vs_baseline"]["diff"] > 1.0, mode
+        assert d["causal"]["conditions"][1]["vs_baseline"]["late_loss"]["diff"] > 1.0, mode
 
 
 def test_repeated_sequences_layout_and_seeding():

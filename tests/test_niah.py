@@ -4,6 +4,8 @@ import json
 
 import numpy as np
 import pytest
+
+import interp
 import torch
 from transformers import AutoTokenizer
 
@@ -147,22 +149,28 @@ def test_recorder_returns_scores_in_the_callers_sample_order():
     np.testing.assert_allclose(scores[1], 1.0)  # b copied its one answer token with every head
 
 
-def test_niah_runs_decode_each_distinct_condition_once(monkeypatch):
-    from interp.analyses import niah_run
+def test_runner_evaluates_each_distinct_condition_once():
+    """Conditions with the same interventions (e.g. coinciding random draws) are evaluated once; every
+    condition gets the arrays, and progress advances for every planned condition."""
+    from interp.experiments import Condition, Task, run_conditions
+    from interp.interventions import AblateHeads
 
     calls, ticks = [], []
 
-    def fake_run(model, samples, interventions=(), **kw):
-        calls.append(tuple(interventions))
-        kw["progress"](len(samples))
-        return [niah_run.NiahOutcome(s, "", [], len(calls) % 2 == 1, False) for s in samples]
+    class Fake(Task):
+        metrics = ("m",)
+        n = 2
 
-    monkeypatch.setattr(niah_run, "run_niah", fake_run)
-    runs = niah_run.NiahRuns(None, ["a", "b"], progress=ticks.append)
-    first = runs.recall(frozenset({1, 2}), ("iv",))
-    again = runs.recall(frozenset({2, 1}), ("other",))  # same key: stored outcomes, no decode
-    other = runs.recall(frozenset({3}), ("iv3",))
-    assert calls == [("iv",), ("iv3",)]
-    np.testing.assert_array_equal(first, again)
-    assert first.tolist() == [1.0, 1.0] and other.tolist() == [0.0, 0.0]
-    assert ticks == [2, 2, 2]  # progress advances for every planned condition
+        def evaluate(self, model, interventions=(), batch_size=8, progress=None):
+            calls.append(tuple(iv.describe()["heads"] for iv in interventions))
+            progress(self.n)
+            return {"m": np.full(2, float(len(calls)))}
+
+    conds = [Condition("a", (AblateHeads(["L1H2", "L0H0"]),)), Condition("b", (AblateHeads(["L0H0", "L1H2"]),)),
+             Condition("c", (AblateHeads(["L3H0"]),))]
+    out = run_conditions(None, Fake(), conds, progress=ticks.append)
+    assert calls == [(["L0H0", "L1H2"],), (["L3H0"],)]  # a and b are one experiment
+    assert out["a"]["m"].tolist() == out["b"]["m"].tolist() == [1.0, 1.0] and out["c"]["m"].tolist() == [2.0, 2.0]
+    assert out.n_evaluated == 2 and ticks == [2, 2, 2]
+    with pytest.raises(interp.InvalidInputError, match="unique"):
+        run_conditions(None, Fake(), [conds[0], conds[0]])

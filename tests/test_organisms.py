@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 
-from interp.organisms import corpus
+from interp import corpus
 from interp.organisms.batches import Packer
 from interp.organisms.tokenizer import BOS, encode_pieces, load_tokenizer, token_counter
 from interp.organisms.train import (

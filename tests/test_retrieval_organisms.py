@@ -66,11 +66,12 @@ def test_masking_retrieval_heads_breaks_recall_but_random_heads_do_not(name):
     assert 0 < len(det.heads) < spec.n_layers * spec.n_heads / 4
     abl = run_ablation(model, AblationConfig(heads=det.head_ids(), niah=niah, mode="zero", draws=3, n_boot=2000,
                                              n_perm=2000), samples=samples)
-    base = abl.condition("baseline").recall["mean"]
+    base = abl.condition("baseline").estimates["recall"]["mean"]
     target = abl.condition("target")
-    assert target.recall["mean"] <= 0.1 and target.recall["mean"] <= base - 0.5
-    assert target.vs_baseline["p_value"] < 0.05
-    assert abl.random_pooled.recall["mean"] >= 0.9
+    assert target.estimates["recall"]["mean"] <= 0.1 and target.estimates["recall"]["mean"] <= base - 0.5
+    assert target.vs_baseline["recall"]["p_value"] < 0.05
+    assert abl.random_pooled.estimates["recall"]["mean"] >= 0.9
+    assert abl.target_vs_random["x"] == "target" and abl.target_vs_random["diff_hi"] < -0.5
 
 
 def test_ablation_random_pool_any_draws_from_every_layer():
@@ -88,7 +89,7 @@ def test_ablation_random_pool_any_draws_from_every_layer():
     drawn = [c.heads for c in anyl.conditions if c.name.startswith("random-")]
     assert all(len(d) == 2 and not {"L2H0", "L2H1"} & set(d) for d in drawn)
     assert any(not h.startswith("L2") for d in drawn for h in d)
-    assert anyl.condition("baseline").per_sample_recall == layer.condition("baseline").per_sample_recall
+    assert anyl.condition("baseline").per_sample["recall"] == layer.condition("baseline").per_sample["recall"]
     writes = np.array(anyl.head_write_norm)
     assert writes.shape == (4, 4) and (writes > 0).all() and anyl.head_write_prompts == 2
     for c in anyl.conditions[1:]:

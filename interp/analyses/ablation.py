@@ -1,10 +1,18 @@
-"""Causal head masking on NIAH with matched random controls (paired seeds).
+"""Causal head masking with matched random controls (paired samples), on any task.
 
-Conditions run on the same `NiahSample`s: the unablated baseline, the target heads masked, and
-`draws` sets of matched random heads (same count per layer, drawn from the other heads; or, with
-`random_pool="any"`, the same count from any layer). Each
-condition reports recall with a bootstrap CI and, against baseline, the paired difference with
-its CI, a sign-flip permutation p-value and Cohen's d_z.
+Conditions, all on the same samples (default task: NIAH recall by greedy decoding; or user prompts
+with logit_diff / logprob / loss, see experiments/tasks.py): the unablated baseline, the target heads
+masked, and `draws` sets of matched random heads (same count per layer, drawn from the other heads;
+or, with `random_pool="any"`, the same count from any layer). The comparison (experiments/compare.py)
+gives every condition its metric with a bootstrap CI and, against baseline, the paired difference
+with its CI, a sign-flip permutation p-value and Cohen's d_z; the per-sample mean over the random
+draws is a row of its own, and the target is tested against it directly (`target_vs_random`).
+
+ablation.json fields: `metric` (the primary metric, e.g. recall), `task` (what was scored);
+`conditions[*]`: name, role, heads, estimates {metric: mean/lo/hi/n...}, vs_baseline {metric:
+diff/diff_lo/diff_hi/p_value/cohens_d...}, per_sample {metric: [...]}, head_write_rel;
+`random_pooled` (same fields), `target_vs_random` (paired test), `shortfall_by_layer`,
+`distinct_draws`, `head_write_norm` [layer][head].
 """
 
 from __future__ import annotations
@@ -12,13 +20,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-import numpy as np
-
 from ..errors import InvalidInputError
-from ..interventions import AblateHeads
-from ..tasks.niah import NiahConfig, NiahSample, build_niah
+from ..experiments import (Comparison, ConditionStats, NiahTask, baseline, compare, head_ablation,
+                           random_head_controls, reference_means, run_conditions, write_norms)
+from ..interventions import ABLATION_MODES, AblateHeads
+from ..tasks.niah import NiahConfig
 from ..types import HeadId
-from .niah_run import NiahRuns
 
 
 @dataclass
@@ -37,27 +44,18 @@ class AblationConfig:
 
 
 @dataclass
-class ConditionResult:
-    name: str
-    heads: list[str]
-    recall: dict
-    exact_prefix: dict
-    vs_baseline: dict | None
-    per_sample_recall: list[int]
-    # mean residual write norm of the masked heads / the median head's (see head_write_norm)
-    head_write_rel: float | None = None
-
-
-@dataclass
 class AblationResult:
     model: str
     heads: list[str]
     heads_source: str
     mode: str
     scope: str
+    metric: str
+    task: dict
     intervention: dict
-    conditions: list[ConditionResult]
-    random_pooled: ConditionResult | None
+    conditions: list[ConditionStats]
+    random_pooled: ConditionStats | None
+    target_vs_random: dict | None
     shortfall_by_layer: dict
     sample_ids: list[str]
     config: dict
@@ -73,106 +71,66 @@ class AblationResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def condition(self, name: str) -> ConditionResult:
+    def condition(self, name: str) -> ConditionStats:
         for c in self.conditions + ([self.random_pooled] if self.random_pooled else []):
             if c.name == name:
                 return c
         raise KeyError(name)
 
-
-def _reference_means(model, config: AblationConfig):
-    """Mean head outputs over NIAH prompts of seeds disjoint from the evaluated ones."""
-    from ..capture import head_output_means
-    from .niah_run import pad_left
-
-    ref_cfg = NiahConfig(context_lengths=config.niah.context_lengths[:1], depths=(0.5,), n_seeds=4,
-                         first_seed=config.niah.first_seed + 100_000, haystack_file=config.niah.haystack_file,
-                         needles_file=config.niah.needles_file, separator=config.niah.separator)
-    ref = build_niah(model.tokenizer, ref_cfg)
-    pad = model.tokenizer.pad_token_id or 0
-    ids, mask = pad_left([s.input_ids for s in ref], pad)
-    return head_output_means(model, ids.to(model.device), mask.to(model.device), batch_size=config.batch_size), ref_cfg
+    def to_frame(self):
+        """One row per (condition, metric): mean, CI, paired diff vs baseline, p, d_z, write norm."""
+        comp = Comparison(self.metric, self.conditions, [self.random_pooled] if self.random_pooled else [],
+                          [self.target_vs_random] if self.target_vs_random else [])
+        df = comp.to_frame()
+        df.insert(0, "model", self.model)
+        return df
 
 
-def run_ablation(model, config: AblationConfig, samples: Sequence[NiahSample] | None = None,
+def run_ablation(model, config: AblationConfig, samples: Sequence | None = None, task=None,
                  detection: dict | None = None, progress=None) -> AblationResult:
-    from .. import stats
+    """Mask `config.heads` on `task` (default: NIAH from `samples` or `config.niah`) against matched controls."""
     from ..provenance import provenance
 
-    spec = model.spec
     heads = tuple(sorted(config.heads))
     if not heads:
         raise InvalidInputError("no heads to ablate (detection found none above the threshold?); lower --threshold "
                                 "or pass heads explicitly, e.g. --heads L3H1,L5H0")
-    if config.random_pool not in ("layer", "any"):
-        raise InvalidInputError(f"random head pool must be 'layer' (matched per layer) or 'any', "
-                                f"got {config.random_pool!r}")
-    samples = list(samples) if samples is not None else build_niah(model.tokenizer, config.niah)
-    means = None
-    intervention_note = {}
-    if config.mode == "mean":
-        means, ref_cfg = _reference_means(model, config)
-        intervention_note = {"mean_reference": f"mean head outputs over {ref_cfg.n_seeds} NIAH prompts of seeds "
-                                               f"{list(ref_cfg.seeds)} (disjoint from the evaluated seeds)"}
+    if config.mode not in ABLATION_MODES:
+        raise InvalidInputError(f"unknown ablation mode {config.mode!r}; valid modes: {', '.join(ABLATION_MODES)}")
+    AblateHeads(heads).bind(model)  # heads outside the model: a clear error before any work
+    if task is None:
+        task = (NiahTask(samples, config.niah, config.decode_only) if samples is not None
+                else NiahTask.build(model.tokenizer, config.niah, config.decode_only))
+    means, note = reference_means(model, task, config.batch_size) if config.mode == "mean" else (None, None)
 
-    draws = stats.matched_random_heads([(h.layer, h.head) for h in heads], spec.n_layers, spec.n_heads,
-                                       n_draws=config.draws, seed=config.seed, by_layer=config.random_pool == "layer")
-    plan = [("baseline", ())]
-    plan.append(("target", heads))
-    plan += [(f"random-{i + 1}", tuple(HeadId(l, h) for l, h in d)) for i, d in enumerate(draws.draws)]
+    def ablate(hs):
+        return (AblateHeads(hs, mode=config.mode, means=means),)
 
-    runs = NiahRuns(model, samples, batch_size=config.batch_size, max_new_tokens=config.niah.max_new_tokens,
-                    decode_only=config.decode_only, progress=progress)
-    per_cond: dict[str, np.ndarray] = {}
-    prefix: dict[str, np.ndarray] = {}
-    for name, hs in plan:
-        ivs = (AblateHeads(hs, mode=config.mode, means=means),) if hs else ()
-        outs = runs(frozenset(hs), ivs)  # coinciding random draws are decoded once
-        per_cond[name] = np.array([o.recall for o in outs], dtype=float)
-        prefix[name] = np.array([o.exact_prefix for o in outs], dtype=float)
-
-    base = per_cond["baseline"]
-    from ..capture import head_write_norms
-    from .niah_run import pad_left
-
-    n_write = min(8, len(samples))
-    ids, mask = pad_left([s.input_ids for s in samples[:n_write]], model.tokenizer.pad_token_id or 0)
-    writes = head_write_norms(model, ids.to(model.device), mask.to(model.device), batch_size=config.batch_size)
-    median_write = float(np.median(writes.numpy()))
-
-    def write_rel(hs):
-        if not hs or median_write <= 0:
-            return None
-        return float(np.mean([float(writes[h.layer, h.head]) for h in hs]) / median_write)
-
-    def result(name, hs, rec, pre):
-        vs = None if name == "baseline" else stats.paired_diff(rec, base, n_boot=config.n_boot, n_perm=config.n_perm,
-                                                               seed=config.seed).to_dict()
-        return ConditionResult(name, [str(h) for h in hs],
-                               stats.mean_ci(rec, n_boot=config.n_boot, seed=config.seed).to_dict(),
-                               stats.mean_ci(pre, n_boot=config.n_boot, seed=config.seed).to_dict(),
-                               vs, [int(x) for x in rec], write_rel(hs))
-
-    conditions = [result(name, hs, per_cond[name], prefix[name]) for name, hs in plan]
-    pooled = None
-    rnd = [n for n, _ in plan if n.startswith("random-")]
-    if rnd:
-        pooled_rec = np.mean([per_cond[n] for n in rnd], axis=0)
-        pooled_pre = np.mean([prefix[n] for n in rnd], axis=0)
-        pooled = result(f"random (mean of {len(rnd)} draws)", (), pooled_rec, pooled_pre)
-        pooled.per_sample_recall = [float(x) for x in pooled_rec]
+    controls = random_head_controls(heads, model.spec, ablate, config.draws, config.seed, config.random_pool)
+    conditions = [baseline(), head_ablation("target", heads, config.mode, means, role="target"), *controls.conditions]
+    outcomes = run_conditions(model, task, conditions, config.batch_size, progress)
+    writes = write_norms(model, task.inputs(8), config.batch_size)
+    pooled = f"random (mean of {config.draws} draws)"
+    pools = {pooled: controls.names} if controls.names else {}
+    comp = compare(outcomes, pools=pools, direct=[("target", pooled)] if pools else [],
+                   write_rel=writes.relative, n_boot=config.n_boot, n_perm=config.n_perm, seed=config.seed)
 
     iv = AblateHeads(heads, mode=config.mode).describe()
-    iv.update(intervention_note)
-    iv["scope"] = "decode steps only (prefill unmasked)" if config.decode_only else "prefill and every decode step"
+    if note:
+        iv["mean_reference"] = note
+    desc = task.describe()
+    iv["scope"] = desc.get("scope", "the forward pass of every prompt")
     cfg = asdict(config)
     cfg["heads"] = [str(h) for h in heads]
-    cfg["niah"]["seeds"] = list(config.niah.seeds)
+    is_niah = isinstance(task, NiahTask)
+    cfg["niah"] = {**asdict(task.config), "seeds": list(task.config.seeds)} if is_niah else None
+    scope = ("decode" if task.decode_only else "prefill+decode") if is_niah else "forward"
     return AblationResult(
         model=model.name, heads=[str(h) for h in heads], heads_source=config.heads_source, mode=config.mode,
-        scope="decode" if config.decode_only else "prefill+decode", intervention=iv, conditions=conditions,
-        random_pooled=pooled, shortfall_by_layer={str(k): v for k, v in draws.shortfall_by_layer.items()},
-        sample_ids=[s.id for s in samples], config=cfg, provenance=provenance(model), detection=detection,
-        distinct_draws=len({frozenset(d) for d in draws.draws}), random_pool=config.random_pool,
-        head_write_norm=[[round(float(v), 6) for v in row] for row in writes], head_write_prompts=n_write,
+        scope=scope, metric=comp.metric, task=desc, intervention=iv, conditions=comp.rows,
+        random_pooled=comp.pooled[0] if comp.pooled else None,
+        target_vs_random=comp.direct[0] if comp.direct else None, shortfall_by_layer=controls.shortfall_by_layer,
+        sample_ids=task.sample_ids, config=cfg, provenance=provenance(model), detection=detection,
+        distinct_draws=controls.distinct_draws, random_pool=config.random_pool, head_write_norm=writes.as_list(),
+        head_write_prompts=writes.n_prompts,
     )

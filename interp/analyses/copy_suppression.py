@@ -275,14 +275,14 @@ def _summary(candidates, found) -> str:
 
 
 def _reference_means(model, config):
-    from ..capture import head_output_means
+    """Mean head outputs over held-out corpus windows of another seed (disjoint from the scanned texts)."""
+    from ..experiments import mean_head_outputs
     from ..tasks.text import text_windows
 
-    ref = text_windows(model, max(2, config.n_texts // 2), config.seq_len, config.seed + 1, None) \
-        if config.texts is None and model.tokenizer is not None else None
-    if ref is None:
+    if config.texts is not None or model.tokenizer is None:
         raise InvalidInputError("mode='mean' needs reference texts: use the default corpus text or mode='zero'")
-    return head_output_means(model, ref.to(model.device), batch_size=config.batch_size)
+    ref = text_windows(model, max(2, config.n_texts // 2), config.seq_len, config.seed + 1, None).to(model.device)
+    return mean_head_outputs(model, [(ref, torch.ones_like(ref))], config.batch_size)
 
 
 @torch.no_grad()

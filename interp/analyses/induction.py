@@ -36,9 +36,11 @@ import numpy as np
 import torch
 
 from ..errors import InvalidInputError
+from ..experiments import (RepeatedTask, baseline, compare, head_ablation, random_head_controls, reference_means,
+                           run_conditions)
 from ..interventions import ABLATION_MODES, AblateHeads, Intervention
 from ..rows import compute_rows
-from ..tasks.repeated import (RepeatedBatch, RepeatedConfig, bos_id, build_repeated_batches, resolve_source,
+from ..tasks.repeated import (RepeatedConfig, bos_id, build_repeated_batches, resolve_source,
                               token_pool)
 from ..types import HeadId, as_heads
 
@@ -134,6 +136,7 @@ class InductionConfig:
     n_boot: int = 10000
     n_perm: int = 10000
     sweep: bool = False  # also ablate every head alone: change of the second-copy loss per head
+    causal: bool = True  # ablate the induction heads vs matched random heads (False: detection only)
 
     def __post_init__(self):
         if self.mode not in ABLATION_MODES:
@@ -164,34 +167,6 @@ class InductionResult:
         return asdict(self)
 
 
-def _nll(model, ids: torch.Tensor, batch_size: int, interventions=(), recorder: PatternRecorder | None = None):
-    """Per-token next-token loss [n, s - 1] (float32, cpu); feeds the recorder batch by batch."""
-    out = []
-    for start in range(0, ids.shape[0], batch_size):
-        x = ids[start:start + batch_size].to(model.device)
-        ivs = list(interventions)
-        if recorder is not None:
-            recorder.begin(x)
-            ivs.append(recorder)
-        with model.intervene(*ivs):
-            logits = model.forward(x)
-        if recorder is not None:
-            recorder.end()
-        lp = torch.log_softmax(logits[:, :-1].float(), -1)
-        out.append(-lp.gather(-1, x[:, 1:, None])[..., 0].cpu())
-    return torch.cat(out)
-
-
-def _copy_losses(nll: torch.Tensor, batch: RepeatedBatch) -> tuple[np.ndarray, np.ndarray]:
-    """(early, late) per sequence: mean loss on copy-1 and copy-2 targets, each without its first token."""
-    f0, f1 = batch.copy_span(0)
-    s0, s1 = batch.copy_span(1)
-    # nll[:, p - 1] is the loss of predicting the token at position p
-    early = nll[:, f0:f1 - 1].mean(1)  # targets f0+1 .. f1-1
-    late = nll[:, s0:s1 - 1].mean(1)  # targets s0+1 .. s1-1
-    return early.numpy().astype(float), late.numpy().astype(float)
-
-
 def detect_induction_heads(model, config: InductionConfig | None = None, progress=None) -> InductionResult:
     """Scores every query head, finds induction heads and checks them causally (see module docstring)."""
     from ..provenance import provenance
@@ -206,16 +181,13 @@ def detect_induction_heads(model, config: InductionConfig | None = None, progres
     batches = build_repeated_batches(pool, config.repeated, bos)
     rec = PatternRecorder()
     rec.bind(model)
-    early, late, losses = [], [], []
-    for b in batches:
-        e, l_ = _copy_losses(_nll(model, b.ids, config.batch_size, recorder=rec), b)
-        early.append(e)
-        late.append(l_)
-        losses.append({"length": b.length, "early_loss": float(e.mean()), "late_loss": float(l_.mean()),
-                       "icl_score": float((l_ - e).mean()), "n_seqs": int(len(e))})
-        if progress:
-            progress(1)
-    early, late = np.concatenate(early), np.concatenate(late)
+    task = RepeatedTask(batches, reference=_reference_batches(config, pool, bos) if config.mode == "mean" else None)
+    per_length = []
+    clean = task.evaluate(model, batch_size=config.batch_size, recorder=rec, per_length=per_length)
+    losses = [{"length": b.length, "early_loss": float(e.mean()), "late_loss": float(l_.mean()),
+               "icl_score": float((l_ - e).mean()), "n_seqs": int(len(e))} for b, e, l_ in per_length]
+    if progress:
+        progress(len(batches))
     per_seq, per_seq_tl = rec.result()
     scores = {n: per_seq[n].mean(0) for n in PATTERNS}
     tl_scores = {n: per_seq_tl[n].mean(0).round(6).tolist() for n in PATTERNS}
@@ -249,12 +221,12 @@ def detect_induction_heads(model, config: InductionConfig | None = None, progres
     source = "explicit" if config.heads else (
         f"detected (induction score > {config.threshold}" +
         ("" if config.min_copying is None else f", OV copying score > {config.min_copying}") + ")")
-    means, ref_seed = (_reference_means(model, config, pool, bos) if config.mode == "mean" and (target or config.sweep)
-                       else (None, None))
+    means, note = (reference_means(model, task, config.batch_size) if config.mode == "mean"
+                   and ((target and config.causal) or config.sweep) else (None, None))
     causal = None
-    if target:
-        causal = _causal_check(model, batches, target, source, early, late, config, means, ref_seed, progress)
-    sweep = _sweep(model, batches, early, late, config, means, progress) if config.sweep else None
+    if target and config.causal:
+        causal = _causal_check(model, task, clean, target, source, config, means, note, progress)
+    sweep = _sweep(model, task, clean, config, means, progress) if config.sweep else None
     cfg = asdict(config)
     cfg["heads"] = None if config.heads is None else [str(h) for h in as_heads(config.heads)]
     cfg["n_token_pool"] = len(pool)
@@ -263,84 +235,56 @@ def detect_induction_heads(model, config: InductionConfig | None = None, progres
     return InductionResult(
         model=model.name, scores={n: np.asarray(v).round(6).tolist() for n, v in scores.items()},
         tl_scores=tl_scores, induction_heads=[str(h) for h in ind_heads], prev_token_heads=prev_heads,
-        threshold=config.threshold, ranked=ranked, losses=losses, causal=causal, n_seqs=int(len(early)),
+        threshold=config.threshold, ranked=ranked, losses=losses, causal=causal, n_seqs=task.n,
         config=cfg, provenance=provenance(model), single_head_effects=sweep)
 
 
-def _ablated_losses(model, batches, heads, config, means=None):
-    iv = AblateHeads(heads, mode=config.mode, means=means)
-    pairs = [_copy_losses(_nll(model, b.ids, config.batch_size, interventions=(iv,)), b) for b in batches]
-    return np.concatenate([p[0] for p in pairs]), np.concatenate([p[1] for p in pairs])
+def _ablate(heads, config, means):
+    return (AblateHeads(heads, mode=config.mode, means=means),)
 
 
-def _sweep(model, batches, early0, late0, config, means, progress) -> dict:
+def _sweep(model, task, clean, config, means, progress) -> dict:
     """Mean change of the early / late (second-copy) loss when each head alone is ablated."""
     spec = model.spec
+    heads = [HeadId(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]
+    conds = [baseline()] + [head_ablation(str(h), [h], config.mode, means) for h in heads]
+    out = run_conditions(model, task, conds, config.batch_size, known={"baseline": clean},
+                         progress=(lambda n: progress(n / (task.n * spec.n_heads))) if progress else None)
     late = np.zeros((spec.n_layers, spec.n_heads))
     early = np.zeros_like(late)
-    for l in range(spec.n_layers):
-        for h in range(spec.n_heads):
-            e, l_ = _ablated_losses(model, batches, [HeadId(l, h)], config, means)
-            late[l, h], early[l, h] = (l_ - late0).mean(), (e - early0).mean()
-        if progress:
-            progress(1)
+    for h in heads:
+        late[h.layer, h.head] = (out[str(h)]["late_loss"] - clean["late_loss"]).mean()
+        early[h.layer, h.head] = (out[str(h)]["early_loss"] - clean["early_loss"]).mean()
     return {"late_loss": late.round(6).tolist(), "early_loss": early.round(6).tolist(), "mode": config.mode}
 
 
-def _reference_means(model, config: InductionConfig, pool, bos):
-    """Mean head outputs over repeated sequences of seeds disjoint from the evaluated ones."""
-    from ..capture import head_output_means
-
+def _reference_batches(config: InductionConfig, pool, bos):
+    """Repeated sequences of seeds disjoint from the evaluated ones (mean-ablation reference)."""
     ref_cfg = RepeatedConfig(lengths=config.repeated.lengths, n_seqs=max(2, config.repeated.n_seqs // 2),
                              seed=config.repeated.seed + 100_000, repeats=config.repeated.repeats,
                              distinct=config.repeated.distinct, bos=config.repeated.bos)
-    ref = build_repeated_batches(pool, ref_cfg, bos)
-    means = [head_output_means(model, b.ids.to(model.device), batch_size=config.batch_size) * b.ids.numel()
-             for b in ref]
-    return sum(means) / sum(b.ids.numel() for b in ref), ref_cfg.seed
+    return build_repeated_batches(pool, ref_cfg, bos)
 
 
-def _causal_check(model, batches, target, source, early0, late0, config, means, ref_seed, progress) -> dict:
-    from .. import stats
-
-    spec = model.spec
-    note = {}
-    if means is not None:
-        note = {"mean_reference": f"mean head outputs over repeated sequences of seed {ref_seed} (disjoint)"}
-    draws = stats.matched_random_heads([(h.layer, h.head) for h in target], spec.n_layers, spec.n_heads,
-                                       n_draws=config.draws, seed=config.seed)
-    plan = [("target", tuple(target))] + [(f"random-{i + 1}", tuple(HeadId(l, h) for l, h in d))
-                                         for i, d in enumerate(draws.draws)]
-    kw = dict(n_boot=config.n_boot, seed=config.seed)
-
-    def condition(name, heads, early, late, vs_base=True):
-        d = {"name": name, "heads": [str(h) for h in heads],
-             "late_loss": stats.mean_ci(late, **kw).to_dict(),
-             "icl_score": stats.mean_ci(late - early, **kw).to_dict()}
-        if vs_base:
-            d["late_loss_vs_baseline"] = stats.paired_diff(late, late0, n_perm=config.n_perm, **kw).to_dict()
-            d["icl_vs_baseline"] = stats.paired_diff(late - early, late0 - early0, n_perm=config.n_perm,
-                                                     **kw).to_dict()
-        return d
-
-    conditions = [condition("baseline", (), early0, late0, vs_base=False)]
-    per_cond = {}
-    for name, heads in plan:
-        per_cond[name] = _ablated_losses(model, batches, heads, config, means)
-        conditions.append(condition(name, heads, *per_cond[name]))
-        if progress:
-            progress(1)
-    pooled = None
-    target_vs_random = None
-    rnd = [n for n, _ in plan if n.startswith("random-")]
-    if rnd:
-        pe = np.mean([per_cond[n][0] for n in rnd], axis=0)
-        pl = np.mean([per_cond[n][1] for n in rnd], axis=0)
-        pooled = condition(f"random (mean of {len(rnd)} draws)", (), pe, pl)
-        target_vs_random = stats.paired_diff(per_cond["target"][1], pl, n_perm=config.n_perm, **kw).to_dict()
+def _causal_check(model, task, clean, target, source, config, means, note, progress) -> dict:
+    """The induction heads ablated vs matched random heads, paired per sequence (second-copy loss, ICL)."""
+    controls = random_head_controls(target, model.spec, lambda hs: _ablate(hs, config, means), config.draws,
+                                    config.seed)
+    conds = [baseline(), head_ablation("target", target, config.mode, means, role="target"), *controls.conditions]
+    out = run_conditions(model, task, conds, config.batch_size, known={"baseline": clean},
+                         progress=(lambda n: progress(n / task.n)) if progress else None)
+    pooled = f"random (mean of {config.draws} draws)"
+    pools = {pooled: controls.names} if controls.names else {}
+    comp = compare(out, metrics=("late_loss", "icl"), tested=("late_loss", "icl"), pools=pools,
+                   direct=[("target", pooled)] if pools else [], n_boot=config.n_boot, n_perm=config.n_perm,
+                   seed=config.seed)
     iv = AblateHeads(target, mode=config.mode).describe()
-    iv.update(note)
+    if note:
+        iv["mean_reference"] = note
+    by_metric = {d["metric"]: d for d in comp.direct}
     return {"heads": [str(h) for h in target], "heads_source": source, "mode": config.mode, "intervention": iv,
-            "metric": "late_loss: mean next-token loss on the second copy (nats), per sequence",
-            "conditions": conditions, "random_pooled": pooled, "target_vs_random_late_loss": target_vs_random,
-            "shortfall_by_layer": {str(k): v for k, v in draws.shortfall_by_layer.items()}}
+            "metric": "late_loss: mean next-token loss on the second copy (nats), per sequence; icl = late - early",
+            "conditions": [asdict(r) for r in comp.rows],
+            "random_pooled": asdict(comp.pooled[0]) if comp.pooled else None,
+            "target_vs_random": comp.direct, "target_vs_random_late_loss": by_metric.get("late_loss"),
+            "shortfall_by_layer": controls.shortfall_by_layer, "distinct_draws": controls.distinct_draws}

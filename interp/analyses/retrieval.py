@@ -22,7 +22,7 @@ from ..errors import InvalidInputError
 from ..interventions import Intervention
 from ..rows import compute_rows
 from ..tasks.niah import NiahConfig, NiahSample, build_niah
-from .niah_run import NiahOutcome, run_niah
+from ..experiments.tasks import NiahOutcome, run_niah
 
 DEFAULT_SWEEP = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 

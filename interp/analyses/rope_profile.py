@@ -85,7 +85,7 @@ def pair_usage(q: torch.Tensor, k: torch.Tensor, rope) -> torch.Tensor:
 def run_rope_profile(model, config: RopeProfileConfig) -> RopeProfileResult:
     from .. import stats
     from ..provenance import provenance
-    from .niah_run import pad_left
+    from ..model import pad_left
 
     rope = require_rope(model.spec)
     spec = model.spec

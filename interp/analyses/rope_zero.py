@@ -1,10 +1,19 @@
-"""RoPE frequency-band zeroing: dose-response of NIAH recall with head, dim and task controls.
+"""RoPE frequency-band zeroing: dose-response of a task metric with head, dim and task controls.
 
-At each dose (number of dims zeroed per head) on the same paired-seed prompts:
+At each dose (number of dims zeroed per head) on the same paired samples (default task: NIAH
+recall; or user prompts with logit_diff / logprob / loss):
 - target: the band (e.g. lowest frequencies) zeroed in the target heads;
-- random dims: the same number of randomly drawn pairs in the same heads (several draws);
-- matched heads: the band in matched non-target heads (same per-layer counts) — head specificity;
+- random dims: the same number of randomly drawn pairs in the same heads (several draws), pooled
+  per sample, and the target tested against that pool directly (`target_vs_random_dims`);
+- matched heads: the band in matched non-target heads (same per-layer counts) — head specificity,
+  pooled likewise (`target_vs_matched_heads`);
 - task: next-token loss on plain corpus text under the target patch vs unpatched — task specificity.
+Every condition of every dose is one `Condition` of one `run_conditions` call (each distinct
+(heads, dims) patch evaluated once); the numbers come from `experiments.compare`.
+
+rope_zero.json: `metric`; `baseline` {metric Estimate, task_loss, rope}; `doses[*]`: dose,
+target {metric, vs_baseline}, target_dims, random_dims [...], random_pooled, matched_heads [...],
+matched_pooled, target_vs_random_dims, target_vs_matched_heads, task {loss, vs_baseline}.
 """
 
 from __future__ import annotations
@@ -12,15 +21,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-import numpy as np
-import torch
-
 from ..errors import InvalidInputError
+from ..experiments import (Comparison, Condition, NiahTask, PromptTask, baseline, compare, random_head_controls,
+                           run_conditions, text_items)
 from ..interventions import ZeroRopeDims
 from ..rope import require_rope, resolve_dims
-from ..tasks.niah import NiahConfig, NiahSample, build_niah
+from ..tasks.niah import NiahConfig
 from ..types import HeadId
-from .niah_run import NiahRuns, pad_left
 
 
 @dataclass
@@ -45,13 +52,15 @@ class RopeZeroConfig:
 @dataclass
 class DoseResult:
     dose: int
-    target: dict  # recall Estimate + vs baseline
+    target: dict  # {"metric": Estimate, "vs_baseline": PairedComparison}
     target_dims: dict
     random_dims: list[dict]
     random_pooled: dict
     matched_heads: list[dict]
     matched_pooled: dict
     task: dict  # next-token loss under the target patch vs baseline
+    target_vs_random_dims: dict | None = None
+    target_vs_matched_heads: dict | None = None
 
 
 @dataclass
@@ -62,6 +71,8 @@ class RopeZeroResult:
     band: str
     side: str
     unit: str
+    metric: str
+    task: dict
     baseline: dict
     doses: list[DoseResult]
     matched_head_sets: list[list[str]]
@@ -72,17 +83,29 @@ class RopeZeroResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def to_frame(self):
+        """One row per (dose, condition): the metric with CI and the paired diff vs baseline."""
+        import pandas as pd
 
-def corpus_loss_per_text(model, texts_ids: list[list[int]], interventions=(), batch_size: int = 8) -> np.ndarray:
-    """Mean next-token loss per text (nats), under the interventions."""
-    pad = model.tokenizer.pad_token_id or 0
-    ids, mask = pad_left(texts_ids, pad)
-    ids, mask = ids.to(model.device), mask.to(model.device)
-    with model.intervene(*interventions):
-        logits = model.forward(ids, attention_mask=mask, batch_size=batch_size).float()
-    lp = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None])[..., 0]
-    m = (mask[:, 1:] * mask[:, :-1]).float()
-    return (-(lp * m).sum(1) / m.sum(1)).cpu().numpy()
+        recs = []
+        for d in self.doses:
+            blocks = [("target", d.target, d.target_dims.get("dims")), ("random dims (pooled)", d.random_pooled, None),
+                      ("matched heads (pooled)", d.matched_pooled, None)]
+            blocks += [(f"random dims {i + 1}", r, r["dims"].get("dims")) for i, r in enumerate(d.random_dims)]
+            blocks += [(f"matched heads {i + 1}", r, None) for i, r in enumerate(d.matched_heads)]
+            for name, b, dims in blocks:
+                if not b:
+                    continue
+                e, v = b["metric"], b.get("vs_baseline") or {}
+                recs.append({"model": self.model, "dose": d.dose, "condition": name, "metric": self.metric,
+                             "mean": e["mean"], "lo": e["lo"], "hi": e["hi"], "diff": v.get("diff"),
+                             "diff_lo": v.get("diff_lo"), "diff_hi": v.get("diff_hi"), "p_value": v.get("p_value"),
+                             "dims": None if dims is None else ",".join(map(str, dims)),
+                             "heads": ",".join(b.get("heads", self.heads if name == "target" else []))})
+            recs.append({"model": self.model, "dose": d.dose, "condition": "task: corpus loss", "metric": "loss",
+                         "mean": d.task["loss"], **{k: (d.task["vs_baseline"] or {}).get(k)
+                                                    for k in ("diff", "diff_lo", "diff_hi", "p_value")}})
+        return pd.DataFrame.from_records(recs)
 
 
 def _task_texts(model, config: RopeZeroConfig) -> list[list[int]]:
@@ -92,80 +115,80 @@ def _task_texts(model, config: RopeZeroConfig) -> list[list[int]]:
                            f"rope-task/{config.niah.first_seed}")
 
 
-def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence[NiahSample] | None = None,
+def _block(row, metric: str, **extra) -> dict:
+    return {"metric": row.estimates[metric], "vs_baseline": (row.vs_baseline or {}).get(metric), **extra}
+
+
+def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence | None = None, task=None,
                   progress=None) -> RopeZeroResult:
-    from .. import stats
     from ..provenance import provenance
 
     rope = require_rope(model.spec)
-    spec = model.spec
     heads = tuple(sorted(config.heads))
     if not heads:
         raise InvalidInputError("no target heads: pass --heads retrieval|L3H1,...|FILE")
-    for d in config.doses:
-        resolve_dims(rope, config.band, d, config.unit)  # validate every dose up front
-    samples = list(samples) if samples is not None else build_niah(model.tokenizer, config.niah)
-    texts = _task_texts(model, config)
+    bands = {d: resolve_dims(rope, config.band, d, config.unit) for d in config.doses}  # validate every dose first
+    if task is None:
+        task = NiahTask(samples, config.niah) if samples is not None else NiahTask.build(model.tokenizer, config.niah)
 
-    runs = NiahRuns(model, samples, batch_size=config.batch_size, max_new_tokens=config.niah.max_new_tokens,
-                    progress=progress)
+    def zero(hs, dims):
+        return (ZeroRopeDims(hs, dims, side=config.side),)
 
-    def recall(hs=(), dims=()):  # each distinct (heads, dims) patch decoded once
-        ivs = (ZeroRopeDims(hs, dims, side=config.side),) if hs else ()
-        return runs.recall((frozenset(hs), tuple(sorted(dims))), ivs)
-
-    def summary(x, base):
-        d = {"recall": stats.mean_ci(x, n_boot=config.n_boot, seed=config.seed).to_dict()}
-        d["vs_baseline"] = stats.paired_diff(x, base, n_boot=config.n_boot, n_perm=config.n_perm,
-                                             seed=config.seed).to_dict()
-        return d
-
-    base = recall()
-    base_loss = corpus_loss_per_text(model, texts, batch_size=config.batch_size)
-    draws = stats.matched_random_heads([(h.layer, h.head) for h in heads], spec.n_layers, spec.n_heads,
-                                       n_draws=config.head_draws, seed=config.seed)
-    matched_sets = [tuple(HeadId(l, h) for l, h in d) for d in draws.draws]
-    doses = []
-    for dose in config.doses:
-        band = resolve_dims(rope, config.band, dose, config.unit)
-        if dose == 0:
-            zero = {"recall": stats.mean_ci(base, n_boot=config.n_boot, seed=config.seed).to_dict(),
-                    "vs_baseline": None}
-            doses.append(DoseResult(0, zero, band.to_dict(), [], zero, [], zero,
-                                    {"loss": float(base_loss.mean()), "vs_baseline": None}))
-            continue
-        x = recall(heads, band.dims)
-        rnd = []
-        rnd_x = []
-        for i in range(config.random_draws):
-            rd = resolve_dims(rope, "random", dose, config.unit, seed=config.seed * 1000 + i)
-            xr = recall(heads, rd.dims)
-            rnd_x.append(xr)
-            rnd.append({**summary(xr, base), "dims": rd.to_dict()})
-        mh = []
-        mh_x = []
-        for hs in matched_sets:
-            xm = recall(hs, band.dims)
-            mh_x.append(xm)
-            mh.append({**summary(xm, base), "heads": [str(h) for h in hs]})
-        loss = corpus_loss_per_text(model, texts, (ZeroRopeDims(heads, band.dims, side=config.side),),
-                                    batch_size=config.batch_size)
-        task = {"loss": float(loss.mean()),
-                "vs_baseline": stats.paired_diff(loss, base_loss, n_boot=config.n_boot, n_perm=config.n_perm,
-                                                 seed=config.seed).to_dict()}
-        doses.append(DoseResult(
-            dose, summary(x, base), band.to_dict(), rnd,
-            summary(np.mean(rnd_x, 0), base) if rnd_x else {}, mh,
-            summary(np.mean(mh_x, 0), base) if mh_x else {}, task))
+    controls = random_head_controls(heads, model.spec, lambda hs: (), config.head_draws, config.seed)
+    matched_sets = [c.heads for c in controls.conditions]
+    conds, pools, direct, loss_conds = [baseline()], {}, [], [baseline()]
+    for dose in (d for d in config.doses if d > 0):
+        dims = bands[dose].dims
+        conds.append(Condition(f"target-{dose}", zero(heads, dims), "target", heads, {"dose": dose}))
+        loss_conds.append(conds[-1])
+        rnd = [Condition(f"random-dims-{dose}-{i + 1}", zero(heads, rd.dims), "control", heads,
+                         {"dose": dose, "dims": rd.to_dict()})
+               for i, rd in enumerate(resolve_dims(rope, "random", dose, config.unit, seed=config.seed * 1000 + i)
+                                      for i in range(config.random_draws))]
+        mh = [Condition(f"matched-heads-{dose}-{i + 1}", zero(hs, dims), "control", hs, {"dose": dose})
+              for i, hs in enumerate(matched_sets)]
+        conds += rnd + mh
+        for kind, group in (("random-dims", rnd), ("matched-heads", mh)):
+            if group:
+                pools[f"{kind}-{dose}"] = [c.name for c in group]
+                direct.append((f"target-{dose}", f"{kind}-{dose}"))
+    kw = dict(n_boot=config.n_boot, n_perm=config.n_perm, seed=config.seed)
+    comp = compare(run_conditions(model, task, conds, config.batch_size, progress), pools=pools, direct=direct, **kw)
+    texts = PromptTask(text_items(_task_texts(model, config), "corpus"), "loss", name="corpus passages")
+    loss = compare(run_conditions(model, texts, loss_conds, config.batch_size), **kw)
+    doses = [_dose(comp, loss, dose, bands[dose]) for dose in config.doses]
+    m = comp.metric
     cfg = asdict(config)
     cfg["heads"] = [str(h) for h in heads]
-    cfg["niah"]["seeds"] = list(config.niah.seeds)
+    cfg["niah"] = {**asdict(task.config), "seeds": list(task.config.seeds)} if isinstance(task, NiahTask) else None
     return RopeZeroResult(
         model=model.name, heads=[str(h) for h in heads], heads_source=config.heads_source, band=config.band,
-        side=config.side, unit=config.unit,
-        baseline={"recall": stats.mean_ci(base, n_boot=config.n_boot, seed=config.seed).to_dict(),
-                  "task_loss": float(base_loss.mean()),
+        side=config.side, unit=config.unit, metric=m, task=task.describe(),
+        baseline={"metric": comp.row("baseline").estimates[m], "task_loss": loss.row("baseline").estimates["loss"]["mean"],
                   "rope": {"theta": rope.theta, "scaling": rope.scaling, "rotary_dims": rope.rotary_dims,
                            "head_dim": rope.head_dim, "layout": rope.layout}},
         doses=doses, matched_head_sets=[[str(h) for h in hs] for hs in matched_sets],
-        sample_ids=[s.id for s in samples], config=cfg, provenance=provenance(model))
+        sample_ids=task.sample_ids, config=cfg, provenance=provenance(model))
+
+
+def _dose(comp: Comparison, loss: Comparison, dose: int, band) -> DoseResult:
+    m = comp.metric
+    if dose == 0:
+        zero = _block(comp.row("baseline"), m)
+        return DoseResult(0, zero, band.to_dict(), [], zero, [], zero,
+                          {"loss": loss.row("baseline").estimates["loss"]["mean"], "vs_baseline": None})
+    rows = [r for r in comp.rows if r.info.get("dose") == dose]
+    rnd = [_block(r, m, dims=r.info["dims"]) for r in rows if r.name.startswith("random-dims-")]
+    mh = [_block(r, m, heads=r.heads) for r in rows if r.name.startswith("matched-heads-")]
+
+    def pooled(kind):
+        return _block(comp.row(f"{kind}-{dose}"), m) if any(p.name == f"{kind}-{dose}" for p in comp.pooled) else {}
+
+    def vs(kind):
+        return next((d for d in comp.direct if d["y"] == f"{kind}-{dose}"), None)
+
+    t = loss.row(f"target-{dose}")
+    return DoseResult(dose, _block(comp.row(f"target-{dose}"), m), band.to_dict(), rnd, pooled("random-dims"), mh,
+                      pooled("matched-heads"),
+                      {"loss": t.estimates["loss"]["mean"], "vs_baseline": t.vs_baseline["loss"]},
+                      vs("random-dims"), vs("matched-heads"))

@@ -78,7 +78,7 @@ def detect_induction(model: Optional[str] = MODEL,
                           heads=_heads(heads), mode=mode, draws=draws, seed=seed, batch_size=batch_size,
                           copy_tokens=copy_tokens, embedding=embedding, n_boot=n_boot, n_perm=n_boot, sweep=sweep)
     _run(model, device, dtype, out, "induction",
-         lambda m: len(cfg.repeated.lengths) + 2 + draws + (m.spec.n_layers if sweep else 0),
+         lambda m: len(cfg.repeated.lengths) + 3 + draws + (m.spec.n_layers if sweep else 0),
          lambda m, advance: detect_induction_heads(m, cfg, progress=advance), induction_figures, _print_induction,
          as_json)
 
@@ -105,10 +105,10 @@ def _print_induction(d: dict, out) -> None:
         for col in ("condition", "second-copy loss [95% CI]", "diff vs baseline [95% CI]", "ICL score"):
             t.add_column(col)
         for cond in cz["conditions"] + ([cz["random_pooled"]] if cz["random_pooled"] else []):
-            ll, v = cond["late_loss"], cond.get("late_loss_vs_baseline")
+            ll, v = cond["estimates"]["late_loss"], (cond["vs_baseline"] or {}).get("late_loss")
             t.add_row(cond["name"], f"{ll['mean']:.3f} [{ll['lo']:.3f}, {ll['hi']:.3f}]",
                       "-" if v is None else f"{v['diff']:+.3f} [{v['diff_lo']:+.3f}, {v['diff_hi']:+.3f}]",
-                      f"{cond['icl_score']['mean']:+.3f}")
+                      f"{cond['estimates']['icl']['mean']:+.3f}")
         c.print(t)
     c.print(f"written to {out}/")
 

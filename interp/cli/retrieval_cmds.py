@@ -97,57 +97,59 @@ def detect_retrieval(model: Optional[str] = MODEL, lengths: str = LENGTHS, depth
         _print_detection(res, o)
 
 
-def _heads_from(spec_text: str, model, from_dir: Optional[str]):
-    """Resolve --heads: explicit ids, a file of ids, or a retrieval.json."""
-    from ..types import as_heads
-
-    p = Path(spec_text)
-    if p.is_file():
-        text = p.read_text()
-        if p.suffix == ".json":
-            try:
-                return as_heads(json.loads(text)["heads"]), f"file {p}"
-            except (KeyError, json.JSONDecodeError, TypeError):
-                raise InvalidInputError(f"{p} is not a retrieval.json (needs a 'heads' list)") from None
-        return as_heads(text.replace("\n", ",").replace(" ", ",")), f"file {p}"
-    return as_heads(spec_text), "explicit"
-
-
 def resolve_target_heads(heads: str, m, niah, threshold: float, from_dir, batch_size: int, o: Path, seed: int,
                          n_heads=None):
-    """--heads retrieval (detected now, or read from --from DIR) | random | ids | FILE -> (heads, source, detection)."""
-    import random
+    """--heads through the library's resolve_heads; a retrieval detection run now is written into `o`."""
+    from ..experiments import resolve_heads
 
-    from ..stats.heads import _as_pair
-    from ..types import HeadId, as_heads
+    sel = resolve_heads(heads, m, niah=niah, threshold=threshold, from_dir=from_dir, batch_size=batch_size,
+                        seed=seed, n_heads=n_heads)
+    if sel.detector_samples is not None:
+        _write_detection(sel.detector_result, sel.detector_samples, m, o)
+        sel.detection["file"] = str(o / "retrieval.json")
+    return sel.heads, sel.source, sel.detection
 
-    if heads == "retrieval":
-        if from_dir:
-            f = Path(from_dir) / "retrieval.json"
-            if not f.is_file():
-                raise InvalidInputError(f"--from {from_dir}: no retrieval.json there; run `interp detect retrieval`")
-            d = json.loads(f.read_text())
-            if d.get("model") != m.name:
-                raise InvalidInputError(f"{f} was computed on {d.get('model')!r}, not {m.name!r}")
-            return as_heads(d["heads"]), f"retrieval (from {f})", {"from": str(f), "threshold": d["threshold"],
-                                                                    "n_heads": len(d["heads"])}
-        res, dsamples = _detect(m, niah, threshold, False, batch_size, 4, 64)
-        _write_detection(res, dsamples, m, o)
-        return res.head_ids(), f"retrieval (detected, threshold {threshold})", {
-            "threshold": threshold, "n_heads": len(res.heads), "baseline_recall": res.baseline_recall,
-            "file": str(o / "retrieval.json")}
-    if heads == "random":
-        total = m.spec.n_layers * m.spec.n_heads
-        k = n_heads or max(1, total // 10)
-        if not 1 <= k <= total:
-            raise InvalidInputError(f"--n-heads must be in 1..{total}")
-        rng = random.Random(seed)
-        target = tuple(sorted(HeadId(*divmod(i, m.spec.n_heads)) for i in rng.sample(range(total), k)))
-        return target, f"random ({k} heads, seed {seed})", None
-    target, source = _heads_from(heads, m, from_dir)
-    for h in target:  # fail before any decoding, with the model's bounds in the message
-        _as_pair(h, m.spec.n_layers, m.spec.n_heads, "selected")
-    return target, source, None
+
+PROMPTS = typer.Option(None, "--prompts", help='Teacher-forced prompts instead of NIAH: JSONL, one '
+                       '{"prompt": ..., "answer": " Paris", "wrong": " Rome"} per line (wrong for logit_diff only).')
+METRIC = typer.Option("logit_diff", "--metric", help="With --prompts: logit_diff (answer - wrong at the last token) "
+                      "| logprob (sum of log p(answer tokens)) | loss (mean loss on the answer, or the whole prompt).")
+CSV = typer.Option(False, "--csv", help="Also print the tidy table (CSV) on stdout; it is always written beside "
+                   "the JSON.")
+
+
+def prompt_task(m, prompts: Optional[str], metric: str):
+    """The --prompts task, or None for NIAH."""
+    from ..experiments import PromptTask, read_prompts
+    from ..experiments.tasks import PROMPT_METRICS
+
+    if prompts is None:
+        return None
+    if metric not in PROMPT_METRICS:
+        raise InvalidInputError(f"--metric {metric!r}: valid metrics are {', '.join(PROMPT_METRICS)}")
+    return PromptTask(read_prompts(prompts, m.tokenizer, metric), metric, name=str(prompts))
+
+
+def write_table(res, path: Path, echo: bool) -> None:
+    """The result's tidy table as CSV beside the JSON (atomically), and on stdout with --csv."""
+    df = res.to_frame()
+    tmp = path.with_suffix(".csv.partial")
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)
+    if echo:
+        typer.echo(df.to_csv(index=False), nl=False)
+
+
+def write_task_prompts(task, samples, m, path: Path) -> None:
+    from ..tasks.niah import write_prompts
+
+    if task is None:
+        write_prompts(samples, m.tokenizer, path)
+        return
+    with open(path, "w") as f:
+        for it in task.items:
+            f.write(json.dumps({"source": it.source, "prompt": it.text, "answer": it.answer, "wrong": it.wrong,
+                                "input_ids": it.ids, "answer_ids": it.answer_ids, "wrong_ids": it.wrong_ids}) + "\n")
 
 
 def ablate(model: Optional[str] = MODEL,
@@ -164,13 +166,15 @@ def ablate(model: Optional[str] = MODEL,
            seed: int = typer.Option(0, "--seed", help="Seed of the random draws and bootstrap."),
            lengths: str = LENGTHS, depths: str = DEPTHS, seeds: int = SEEDS, haystack: Optional[str] = HAYSTACK,
            needles: Optional[str] = NEEDLES, separator: str = SEPARATOR, max_new_tokens: Optional[int] = MAX_NEW,
-           threshold: float = THRESHOLD, batch_size: int = BATCH, device: Optional[str] = DEVICE,
-           dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, as_json: bool = JSON):
-    """Mask heads on NIAH; compare with baseline and matched random heads (paired CIs, permutation tests)."""
+           threshold: float = THRESHOLD, prompts: Optional[str] = PROMPTS, metric: str = METRIC,
+           batch_size: int = BATCH, device: Optional[str] = DEVICE,
+           dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, as_json: bool = JSON, csv: bool = CSV):
+    """Mask heads on NIAH (or your --prompts); compare with baseline and matched random heads (paired CIs,
+    permutation tests, target vs pooled random)."""
     from .. import plotting
     from ..analyses.ablation import AblationConfig, run_ablation
     from ..interventions import ABLATION_MODES
-    from ..tasks.niah import build_niah, write_prompts
+    from ..tasks.niah import build_niah
 
     if mode not in ABLATION_MODES:
         raise InvalidInputError(f"--mode {mode!r}: valid modes are {', '.join(ABLATION_MODES)}")
@@ -178,24 +182,29 @@ def ablate(model: Optional[str] = MODEL,
         raise InvalidInputError("--draws must be >= 0")
     if random_pool not in ("layer", "any"):
         raise InvalidInputError(f"--random-pool {random_pool!r}: use layer (same count per layer) or any")
+    if batch_size < 1:
+        raise InvalidInputError("--batch-size must be >= 1")
     niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
     m = _model(model, device, dtype)
+    task = prompt_task(m, prompts, metric)
     o = out_dir(out, "ablate", m.name)
     target, source, detection = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed,
                                                      n_heads)
     cfg = AblationConfig(heads=tuple(target), niah=niah, mode=mode, decode_only=decode_only, draws=draws, seed=seed,
                          random_pool=random_pool, batch_size=batch_size, heads_source=source)
-    samples = build_niah(m.tokenizer, niah)
-    prog, advance = progress_bar(len(samples) * (2 + draws), "ablation conditions")
+    samples = build_niah(m.tokenizer, niah) if task is None else None
+    n = len(samples) if task is None else task.n
+    prog, advance = progress_bar(n * (2 + draws), "ablation conditions")
     with prog:
-        res = run_ablation(m, cfg, samples=samples, detection=detection, progress=advance)
+        res = run_ablation(m, cfg, samples=samples, task=task, detection=detection, progress=advance)
     d = res.to_dict()
     write_json(d, o / "ablation.json")
-    write_prompts(samples, m.tokenizer, o / "prompts.jsonl")
-    plotting.write_html(plotting.recall_by_condition(d), o / "recall_by_condition.html")
+    write_table(res, o / "ablation.csv", csv)
+    write_task_prompts(task, samples, m, o / "prompts.jsonl")
+    plotting.write_html(plotting.metric_by_condition(d), o / "metric_by_condition.html")
     if as_json:
         typer.echo(json.dumps(d))
-    else:
+    elif not csv:
         _print_ablation(res, o)
 
 
@@ -205,19 +214,23 @@ def _print_ablation(res, out):
     from rich.table import Table
 
     t = Table(title=f"{res.model}: {res.mode} ablation of {len(res.heads)} heads ({res.heads_source}), {res.scope}")
-    for col in ("condition", "heads", "recall [95% CI]", "diff vs baseline [95% CI]", "p (sign-flip)", "d_z",
+    for col in ("condition", "heads", f"{res.metric} [95% CI]", "diff vs baseline [95% CI]", "p (sign-flip)", "d_z",
                 "writes (x median head)"):
         t.add_column(col)
     rows = res.conditions + ([res.random_pooled] if res.random_pooled else [])
     for c in rows:
-        r = c.recall
-        v = c.vs_baseline
+        r = c.estimates[res.metric]
+        v = (c.vs_baseline or {}).get(res.metric)
         t.add_row(c.name, str(len(c.heads)) if c.heads else "-", f"{r['mean']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]",
                   "-" if v is None else f"{v['diff']:+.2f} [{v['diff_lo']:+.2f}, {v['diff_hi']:+.2f}]",
                   "-" if v is None else f"{v['p_value']:.3g}", "-" if v is None else f"{v['cohens_d']:.2f}",
                   "-" if c.head_write_rel is None else f"{c.head_write_rel:.2f}")
     c = Console(stderr=True)
     c.print(t)
+    tv = res.target_vs_random
+    if tv:
+        c.print(f"target vs pooled random heads ({res.metric}, paired): {tv['diff']:+.2f} "
+                f"[{tv['diff_lo']:+.2f}, {tv['diff_hi']:+.2f}], p = {tv['p_value']:.3g}")
     n_draws = len(res.conditions) - 2
     if n_draws > 1 and res.distinct_draws < n_draws:
         kind = "layer-matched " if res.random_pool == "layer" else ""

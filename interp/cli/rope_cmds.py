@@ -10,7 +10,8 @@ import typer
 from ..errors import InvalidInputError
 from .common import niah_config, out_dir, parse_ints, progress_bar, write_json
 from .retrieval_cmds import (BATCH, DEPTHS, DEVICE, DTYPE, HAYSTACK, JSON, LENGTHS, MAX_NEW, MODEL, NEEDLES, OUT,
-                             SEEDS, SEPARATOR, THRESHOLD, _model, resolve_target_heads)
+                             SEEDS, SEPARATOR, THRESHOLD, CSV, METRIC, PROMPTS, _model, prompt_task, resolve_target_heads,
+                             write_table, write_task_prompts)
 
 HEADS = typer.Option("retrieval", "--heads", help="retrieval | random | L3H1,L5H0 | FILE (ids or a retrieval.json).")
 FROM = typer.Option(None, "--from", help="Reuse retrieval.json from this directory.")
@@ -27,14 +28,16 @@ def rope_zero(model: Optional[str] = MODEL, heads: str = HEADS,
               from_dir: Optional[str] = FROM, seed: int = typer.Option(0, "--seed"),
               lengths: str = LENGTHS, depths: str = DEPTHS, seeds: int = SEEDS, haystack: Optional[str] = HAYSTACK,
               needles: Optional[str] = NEEDLES, separator: str = SEPARATOR, max_new_tokens: Optional[int] = MAX_NEW,
-              threshold: float = THRESHOLD, batch_size: int = BATCH, device: Optional[str] = DEVICE,
-              dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, as_json: bool = JSON):
-    """Zero a RoPE frequency band in heads: dose-response of NIAH recall with dim, head and task controls."""
+              threshold: float = THRESHOLD, prompts: Optional[str] = PROMPTS, metric: str = METRIC,
+              batch_size: int = BATCH, device: Optional[str] = DEVICE,
+              dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, as_json: bool = JSON, csv: bool = CSV):
+    """Zero a RoPE frequency band in heads: dose-response of NIAH recall (or your --prompts metric) with dim,
+    head and task controls."""
     from .. import plotting
     from ..analyses.rope_zero import RopeZeroConfig, run_rope_zero
     from ..interventions import ZERO_SIDES
     from ..rope import require_rope
-    from ..tasks.niah import build_niah, write_prompts
+    from ..tasks.niah import build_niah
 
     if side not in ZERO_SIDES:
         raise InvalidInputError(f"--side {side!r}: valid sides are {', '.join(ZERO_SIDES)}")
@@ -43,6 +46,7 @@ def rope_zero(model: Optional[str] = MODEL, heads: str = HEADS,
     niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
     m = _model(model, device, dtype)
     require_rope(m.spec)
+    task = prompt_task(m, prompts, metric)
     o = out_dir(out, "rope-zero", m.name)
     target, source, _ = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed)
     cfg = RopeZeroConfig(heads=tuple(target), niah=niah, band=band_arg if isinstance(band_arg, str) else "explicit",
@@ -51,25 +55,28 @@ def rope_zero(model: Optional[str] = MODEL, heads: str = HEADS,
     if not isinstance(band_arg, str):
         raise InvalidInputError("explicit pair bands are available from the library (interp.rope.resolve_dims); "
                                 "the CLI dose-response takes --band lowest|highest|random")
-    samples = build_niah(m.tokenizer, niah)
+    samples = build_niah(m.tokenizer, niah) if task is None else None
+    n = len(samples) if task is None else task.n
     n_runs = 1 + sum(1 + random_draws + head_draws for d in doses if d > 0)
-    prog, advance = progress_bar(len(samples) * n_runs, "rope-zero conditions")
+    prog, advance = progress_bar(n * n_runs, "rope-zero conditions")
     with prog:
-        res = run_rope_zero(m, cfg, samples=samples, progress=advance)
+        res = run_rope_zero(m, cfg, samples=samples, task=task, progress=advance)
     d = res.to_dict()
     write_json(d, o / "rope_zero.json")
-    write_prompts(samples, m.tokenizer, o / "prompts.jsonl")
+    write_table(res, o / "rope_zero.csv", csv)
+    write_task_prompts(task, samples, m, o / "prompts.jsonl")
     plotting.write_html(plotting.rope_dose_response(d), o / "rope_dose_response.html")
     if as_json:
         typer.echo(json.dumps(d))
         return
-    _print_rope_zero(d, o)
+    if not csv:
+        _print_rope_zero(d, o)
 
 
 def _fmt(block):
     if not block:
         return "-"
-    r = block["recall"]
+    r = block["metric"]
     return f"{r['mean']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]"
 
 

@@ -1,12 +1,12 @@
 """Bundled model organisms: tiny Qwen2 / Llama / GPT-2 models trained on a procedural corpus.
 
-Corpus and NIAH prompt helpers live in :mod:`interp.organisms.corpus`; training in
+The corpus and NIAH prompt helpers live in :mod:`interp.corpus`; training in
 :mod:`interp.organisms.train`; evaluation in :mod:`interp.organisms.evaluate`.
 Checkpoints are in ``data/organisms/<name>/``.  Importing this package does not
 import torch or transformers.
 """
 
-from .corpus import (  # noqa: F401
+from ..corpus import (  # noqa: F401
     HELDOUT_SEED_MAX,
     HELDOUT_SEED_MIN,
     heldout_seed,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from tokenizers import Tokenizer
 
-from .corpus import DOC_BUILDERS, train_rng
+from ..corpus import DOC_BUILDERS, train_rng
 from .tokenizer import BOS, EOS, encode_pieces, token_counter
 
 # Fraction of documents of each type (the first document of each sequence is

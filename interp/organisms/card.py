@@ -14,7 +14,7 @@ _ARCH = {
 }
 
 _CORPUS = """\
-Procedural English-like corpus from `interp/organisms/corpus.py` (seeded `random.Random`;
+Procedural English-like corpus from `interp/corpus/` (seeded `random.Random`;
 templated sentences over ~250 words, names, places and number words):
 (a) `needle` documents: 0-3 distractor needles plus one target needle
 `" The secret code of the <adj> <noun> is <code word>."` (code word: one of 55 names and
@@ -174,7 +174,7 @@ python -m interp.organisms build tiny-qwen2   # ~40 min on one CPU thread
 python -m interp.organisms eval tiny-qwen2    # NIAH + copy metrics into the card
 ```
 
-NIAH prompts use `interp.organisms.corpus.make_niah_prompt` with held-out seeds
+NIAH prompts use `interp.corpus.make_niah_prompt` with held-out seeds
 (integers in [1e9, 2e9), never used in training); the question ends with
 `"... The secret code of the <key> is"` and the expected continuation is `" <code word>"`.
 Targets: NIAH recall >= 0.95, second-copy loss >= 3 nats below first-copy loss.

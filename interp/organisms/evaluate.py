@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from . import corpus
+from .. import corpus
 from .tokenizer import load_tokenizer, token_counter
 
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)

@@ -61,7 +61,7 @@ def repeated_prompts(tokenizer, cfg: HeadConfig) -> list[tuple[np.ndarray, np.nd
     """(token ids, special mask) of `n_prompts` passages written twice, truncated to max_length."""
     import random
 
-    from ..organisms.corpus import heldout_seed, make_haystack
+    from ..corpus import heldout_seed, make_haystack
 
     out = []
     for i in range(cfg.n_prompts):

@@ -8,9 +8,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import InvalidInputError
+from ..types import RESID_KINDS
 from .layer import TEST, TRAIN, VAL, LayerStats, cached_baseline
-
-RESID_KINDS = ("resid_pre", "resid_post")
 
 
 @dataclass

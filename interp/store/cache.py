@@ -12,13 +12,13 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import InvalidInputError
-from ..types import SITE_KINDS, Site
+from ..types import CAPTURE_KINDS, Site, SiteKind
 from .data import as_data
 from .format import STORE_DTYPES
 from .reader import ActivationStore
 from .writer import StoreWriter
 
-SITE_GROUPS = ("resid", "resid_pre", "resid_post", "attn_out", "mlp_out", "head_out", "q", "k", "v")
+SITE_GROUPS = ("resid",) + CAPTURE_KINDS  # "resid", then every kind that can be cached
 META = ("tokens", "positions", "seq", "special", "category")
 
 
@@ -78,11 +78,11 @@ def resolve_sites(model, sites: Sequence[str], layers: Sequence[int] | None = No
             raise InvalidInputError(f"unknown site {name!r}; use a group ({', '.join(SITE_GROUPS)}) or a site such "
                                     f"as L3.resid_pre, L2.head_out.H1")
     for s in out:
-        if s.kind not in SITE_GROUPS[1:]:
+        if s.kind not in CAPTURE_KINDS:
             raise InvalidInputError(f"site {s}: kind {s.kind!r} cannot be cached; valid kinds: "
-                                    f"{', '.join(k for k in SITE_KINDS if k != 'pattern_rows')}")
+                                    f"{', '.join(CAPTURE_KINDS)}")
         if s.head is not None:
-            n = spec.n_kv_heads if s.kind in ("k", "v") else spec.n_heads
+            n = s.site_kind.n_heads(spec)
             if not 0 <= s.head < n:
                 raise InvalidInputError(f"site {s}: head out of range 0..{n - 1}")
         if s.kind == "attn_out":
@@ -93,11 +93,8 @@ def resolve_sites(model, sites: Sequence[str], layers: Sequence[int] | None = No
 
 
 def site_shape(spec, s: Site) -> tuple[int, ...]:
-    if s.kind in ("resid_pre", "resid_post", "attn_out", "mlp_out"):
-        return (spec.d_model,)
-    if s.head is not None:
-        return (spec.head_dim,)
-    return (spec.n_kv_heads if s.kind in ("k", "v") else spec.n_heads, spec.head_dim)
+    """Per-token shape of a site: (d_model,), (heads, head_dim), or (head_dim,) for one head."""
+    return SiteKind(s.kind).token_shape(spec, s.head)
 
 
 def _sample_hash(hf) -> str:

@@ -40,7 +40,7 @@ class TextData:
 
 @dataclass
 class CorpusData(TextData):
-    """Filler prose from interp's corpus generator (interp.organisms.corpus), held-out seeds only.
+    """Filler prose from interp's corpus generator (interp.corpus), held-out seeds only.
 
     Text i is `n_sentences` sentences drawn from held-out seed `heldout_seed(seed * 10**6 + i)`,
     never seen in training the organisms. With the default 16 sentences a text has >= 140 tokens
@@ -61,13 +61,13 @@ class CorpusData(TextData):
             raise InvalidInputError("corpus data: at most 10**6 sequences per seed")
 
     def texts(self) -> Iterator[str]:
-        from ..organisms.corpus import heldout_seed, make_haystack
+        from ..corpus import heldout_seed, make_haystack
 
         for i in range(self.n_sequences):
             yield make_haystack(self.n_sentences, rng=heldout_seed(self.seed * 10**6 + i))
 
     def describe(self) -> dict:
-        return {"kind": "corpus", "generator": "interp.organisms.corpus.make_haystack (held-out seeds)",
+        return {"kind": "corpus", "generator": "interp.corpus.make_haystack (held-out seeds)",
                 "n_sentences": self.n_sentences, "seed": self.seed, "limit": self.n_sequences}
 
 

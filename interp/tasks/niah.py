@@ -6,7 +6,7 @@ question, so the needle's token span is known exactly whatever the tokenizer.
 
 Sources:
 - default: haystack sentences and needles from interp's own corpus generator
-  (`interp.organisms.corpus`); seed s fixes the needle and the sentence stream, so a longer
+  (`interp.corpus`); seed s fixes the needle and the sentence stream, so a longer
   context of the same seed contains the shorter one's sentences.
 - user files: `haystack_file` (plain text; cycled if shorter than the context) and
   `needles_file` (JSONL: {"needle", "question", "answer"} per line; sample k uses line
@@ -118,14 +118,14 @@ def _load_haystack_ids(path: str, tok) -> list[int]:
 
 
 def _corpus_needle(seed: int) -> dict:
-    from ..organisms.corpus import make_needle_full
+    from ..corpus import make_needle_full
 
     n = make_needle_full(random.Random(seed))
     return {"needle": n.sentence, "question": n.question, "answer": n.answer}
 
 
 def _corpus_sentences(seed: int):
-    from ..organisms.corpus import make_sentence
+    from ..corpus import make_sentence
 
     r = random.Random(f"niah-haystack/{seed}")
     while True:

@@ -120,7 +120,7 @@ def token_pool(model, source: str | Sequence[int] = "auto", n_docs: int = 200) -
     if kind == "corpus":
         if model.tokenizer is None:
             raise InvalidInputError("token source 'corpus' needs a tokenizer; pass token ids or use 'vocab'")
-        from ..organisms import corpus
+        from .. import corpus
 
         seen: set[int] = set()
         for i in range(n_docs):

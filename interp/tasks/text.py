@@ -25,7 +25,7 @@ def text_windows(model, n_texts: int, seq_len: int, seed: int = 0, texts: Sequen
         raise InvalidInputError("need n_texts >= 2 and seq_len >= 8")
     rows = []
     if texts is None:
-        from ..organisms import corpus
+        from .. import corpus
 
         docs = (corpus.sample_text(corpus.heldout_seed(CORPUS_OFFSET + 10_000 * seed + i), 1)[0]
                 for i in range(20 * n_texts))
@@ -58,7 +58,7 @@ def corpus_passages(tokenizer, n_texts: int, n_tokens: int, key: str) -> list[li
     """`n_texts` passages of exactly `n_tokens` ids ([BOS] + corpus sentences), seeded by `key`."""
     import random
 
-    from ..organisms.corpus import make_sentence
+    from ..corpus import make_sentence
 
     if tokenizer is None:
         raise InvalidInputError("this analysis needs a tokenizer to encode corpus text")

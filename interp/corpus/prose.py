@@ -1,39 +1,8 @@
-"""Seeded procedural corpus for the bundled model organisms.
+"""Word lists, filler sentences, haystacks, needles and NIAH prompts; seeds.
 
-Everything here is plain Python (``random.Random``), so a given seed yields the
-same text on every platform and Python version >= 3.2.
-
-Documents are returned as a list of *pieces* ``(text, tag)``.  Every piece starts
-at a pre-token boundary of the organism tokenizer (pieces begin with a space or
-with punctuation), so tokenizing the pieces one by one and concatenating the ids
-gives exactly the tokenization of the joined text.  Tags mark spans that matter
-for training and analysis: ``"needle"``, ``"question"``, ``"answer"``,
-``"distractor"``, ``"copy"`` (the repeated half of an induction passage) and
-``"text"`` for everything else.
-
-Needle convention (used by the NIAH harness)::
-
-    needle   = " The secret code of the green lantern is Oscar."
-    question = " What is the secret code of the green lantern?"
-               " The secret code of the green lantern is"
-    answer   = " Oscar"
-
-The question restates the key phrase so that the answer is the direct
-continuation of the prompt; recall is scored by checking that the answer word
-(``answer.strip()``, one of :data:`CODE_WORDS`) appears in the greedy
-continuation.  Filler text never contains " is " or digits (quantities are
-number words), so in a single-needle prompt the needle is the only place that
-says which of the 55 code words is the answer (names and towns do occur in filler).
-
-Public helpers for the NIAH harness: :func:`make_haystack`, :func:`make_needle`
-(:func:`make_needle_full` for the key/value too), :func:`make_niah_prompt`,
-:func:`niah_pieces` (tagged pieces, for token-level spans) and :func:`heldout_seed`.
-
-Seeds: integer seeds in ``[HELDOUT_SEED_MIN, HELDOUT_SEED_MAX)`` are reserved
-for evaluation.  Training never uses integer seeds: it draws every sequence from
-``random.Random("train/<seed>/<step>/<row>")`` (a disjoint, string-keyed
-namespace; see :func:`train_rng`), and the tokenizer is fitted on
-``random.Random("tokenizer/<i>")`` documents.
+The building blocks of the procedural corpus (see :mod:`interp.corpus` for the piece/tag,
+needle and seed conventions); the training document builders are in :mod:`.documents`.
+Plain Python (``random.Random``) only.
 """
 
 from __future__ import annotations
@@ -300,15 +269,3 @@ def make_niah_prompt(
         "depth": depth,
         "needle_char_span": (start, start + len(needle.sentence)),
     }
-
-
-# The document builders live in .documents; re-exported here for convenience.
-from .documents import (  # noqa: F401
-    DOC_BUILDERS,
-    filler_doc,
-    induction_doc,
-    list_doc,
-    needle_doc,
-    salad_doc,
-    sample_text,
-)

@@ -1,4 +1,4 @@
-"""Training documents of the organism corpus (types (a)-(d)); see :mod:`.corpus`.
+"""Training documents of the procedural corpus (types (a)-(d)); see :mod:`interp.corpus`.
 
 Each builder takes ``(rng, budget, count)`` and returns ``(text, tag)`` pieces
 whose token count (``count`` is a per-piece token counter) stays within ``budget``.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from .corpus import (
+from .prose import (
     ADJECTIVES,
     ANIMALS,
     COLORS,

@@ -1,0 +1,127 @@
+"""The comparison step: the table every causal analysis prints.
+
+Per condition and metric: the mean with a bootstrap CI; against the baseline, on the same samples:
+the paired difference with its CI, a sign-flip permutation p-value and Cohen's d_z. Pools (e.g. the
+per-sample mean over random draws) become rows of their own, and `direct` pairs (e.g. target vs the
+pooled random draws) get the same paired test directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import InvalidInputError
+from .runner import Outcomes
+
+
+@dataclass
+class ConditionStats:
+    name: str
+    role: str
+    heads: list[str]
+    estimates: dict  # metric -> Estimate dict (mean, lo, hi, n, ...)
+    vs_baseline: dict | None  # metric -> PairedComparison dict (diff, diff_lo, diff_hi, p_value, cohens_d, ...)
+    per_sample: dict  # metric -> list of per-sample values
+    info: dict = field(default_factory=dict)
+    head_write_rel: float | None = None  # mean write norm of the heads / the median head's
+
+
+@dataclass
+class Comparison:
+    metric: str  # the primary metric
+    rows: list[ConditionStats]
+    pooled: list[ConditionStats]
+    direct: list[dict]  # {"x": name, "y": name, "metric": m, **PairedComparison}
+    baseline: str = "baseline"
+
+    def row(self, name: str) -> ConditionStats:
+        for r in self.rows + self.pooled:
+            if r.name == name:
+                return r
+        raise KeyError(name)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_frame(self):
+        """Long table: one row per (condition, metric), with the paired comparison against baseline."""
+        import pandas as pd
+
+        recs = []
+        for r in self.rows + self.pooled:
+            for m, e in r.estimates.items():
+                v = (r.vs_baseline or {}).get(m) or {}
+                recs.append({"condition": r.name, "role": r.role, "pooled": r in self.pooled,
+                             "heads": ",".join(r.heads), "metric": m, "mean": e["mean"], "lo": e["lo"],
+                             "hi": e["hi"], "n": e["n"], "diff": v.get("diff"), "diff_lo": v.get("diff_lo"),
+                             "diff_hi": v.get("diff_hi"), "p_value": v.get("p_value"),
+                             "cohens_d": v.get("cohens_d"), "head_write_rel": r.head_write_rel,
+                             **{f"info.{k}": (json_scalar(x)) for k, x in r.info.items()}})
+        return pd.DataFrame.from_records(recs)
+
+
+def json_scalar(x):
+    return x if isinstance(x, (int, float, str, bool)) or x is None else str(x)
+
+
+def compare(outcomes: Outcomes, metrics: Sequence[str] | None = None, tested: Sequence[str] | None = None,
+            baseline: str = "baseline", pools: dict[str, Sequence[str]] | None = None,
+            direct: Sequence[tuple[str, str]] = (), write_rel=None, n_boot: int = 10000, n_perm: int = 10000,
+            seed: int = 0) -> Comparison:
+    """Summarise `outcomes`.
+
+    metrics: which metrics get CIs (default: all of the task's); tested: which get the paired tests
+    (default: the primary metric, the task's first). pools: {row name: [condition names]}, rows made
+    of the per-sample mean over those conditions. direct: (x, y) pairs of condition or pool names
+    compared with the paired test on every tested metric. write_rel(heads) -> float | None adds
+    each condition's relative write norm.
+    """
+    from .. import stats
+
+    task_metrics = tuple(outcomes.task.metrics)
+    metrics = tuple(metrics or task_metrics)
+    tested = tuple(tested or metrics[:1])
+    for m in metrics + tested:
+        if m not in task_metrics:
+            raise InvalidInputError(f"metric {m!r} is not one of the task's: {', '.join(task_metrics)}")
+    vals = {n: dict(v) for n, v in outcomes.values.items()}
+    for name, members in (pools or {}).items():
+        missing = [m for m in members if m not in vals]
+        if missing or not members:
+            raise InvalidInputError(f"pool {name!r} names unknown conditions {missing}")
+        vals[name] = {m: np.mean([vals[c][m] for c in members], axis=0) for m in task_metrics}
+    has_base = baseline in vals
+    kw = dict(n_boot=n_boot, seed=seed)
+
+    def summary(name, role, heads, info, pooled=False):
+        v = vals[name]
+        vs = None
+        if has_base and name != baseline:
+            vs = {m: stats.paired_diff(v[m], vals[baseline][m], n_perm=n_perm, **kw).to_dict() for m in tested}
+        per = {m: _listed(v[m], pooled) for m in metrics}
+        return ConditionStats(name, role, [str(h) for h in heads],
+                              {m: stats.mean_ci(v[m], **kw).to_dict() for m in metrics}, vs, per, dict(info),
+                              None if write_rel is None or not heads else write_rel(heads))
+
+    rows = [summary(c.name, c.role, c.heads, c.info) for c in outcomes.conditions]
+    pooled = [summary(name, "control", (), {"members": list(members)}, pooled=True)
+              for name, members in (pools or {}).items()]
+    dtests = []
+    for x, y in direct:
+        if x not in vals or y not in vals:
+            raise InvalidInputError(f"direct comparison {x!r} vs {y!r}: unknown condition")
+        for m in tested:
+            dtests.append({"x": x, "y": y, "metric": m,
+                           **stats.paired_diff(vals[x][m], vals[y][m], n_perm=n_perm, **kw).to_dict()})
+    return Comparison(metrics[0], rows, pooled, dtests, baseline)
+
+
+def _listed(a: np.ndarray, pooled: bool) -> list:
+    """Per-sample values as a JSON list: ints for 0/1-style metrics (recall), floats otherwise."""
+    a = np.asarray(a, dtype=float)
+    if not pooled and np.all(np.isfinite(a)) and np.all(a == np.round(a)):
+        return [int(x) for x in a]
+    return [float(x) for x in a]

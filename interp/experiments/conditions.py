@@ -1,0 +1,84 @@
+"""Conditions: a name + interventions (+ what they mask), and the matched controls made by one function.
+
+A `Condition`'s `key` says when two conditions are the same experiment (by default the
+interventions' `describe()`), so the runner evaluates each distinct one once: coinciding random
+draws are not decoded twice.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..errors import InvalidInputError
+from ..types import HeadId
+
+ROLES = ("baseline", "target", "control", "other")
+RANDOM_POOLS = ("layer", "any")
+
+
+@dataclass
+class Condition:
+    name: str
+    interventions: tuple = ()
+    role: str = "other"  # baseline | target | control | other
+    heads: tuple[HeadId, ...] = ()  # the heads the condition acts on (for write norms and tables)
+    info: dict = field(default_factory=dict)  # e.g. {"dims": [...], "dose": 8}
+
+    def __post_init__(self):
+        self.interventions = tuple(self.interventions)
+        if self.role not in ROLES:
+            raise InvalidInputError(f"condition role {self.role!r}: valid roles are {', '.join(ROLES)}")
+
+    @property
+    def key(self) -> str:
+        return json.dumps([iv.describe() for iv in self.interventions], sort_keys=True, default=str)
+
+
+def baseline() -> Condition:
+    return Condition("baseline", (), role="baseline")
+
+
+@dataclass
+class Controls:
+    """Matched random conditions with the bookkeeping every result carries."""
+
+    conditions: list[Condition]
+    shortfall_by_layer: dict  # {layer: k}: k heads of that layer's share drawn from other layers
+    distinct_draws: int
+    pool: str
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.conditions]
+
+
+def random_head_controls(target: Sequence[HeadId], spec, make, draws: int, seed: int = 0, pool: str = "layer",
+                         prefix: str = "random") -> Controls:
+    """`draws` random head sets matched to `target` and one condition per set.
+
+    pool="layer": the same count per layer, from the layer's other heads (spilling into the nearest
+    layers when a layer has too few, recorded in `shortfall_by_layer`); pool="any": the same
+    count from any layer. `make(heads)` returns the condition's interventions (e.g. AblateHeads).
+    """
+    from .. import stats
+
+    if pool not in RANDOM_POOLS:
+        raise InvalidInputError(f"random head pool must be 'layer' (matched per layer) or 'any', got {pool!r}")
+    if draws < 0:
+        raise InvalidInputError("draws must be >= 0")
+    d = stats.matched_random_heads([(h.layer, h.head) for h in target], spec.n_layers, spec.n_heads,
+                                   n_draws=draws, seed=seed, by_layer=pool == "layer")
+    sets = [tuple(HeadId(l, h) for l, h in x) for x in d.draws]
+    conds = [Condition(f"{prefix}-{i + 1}", make(hs), role="control", heads=hs) for i, hs in enumerate(sets)]
+    return Controls(conds, {str(k): v for k, v in d.shortfall_by_layer.items()}, len({frozenset(s) for s in sets}),
+                    pool)
+
+
+def head_ablation(name: str, heads: Sequence[HeadId], mode: str = "zero", means=None, role: str = "other"
+                  ) -> Condition:
+    from ..interventions import AblateHeads
+
+    heads = tuple(heads)
+    return Condition(name, (AblateHeads(heads, mode=mode, means=means),) if heads else (), role=role, heads=heads)
