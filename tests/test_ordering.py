@@ -8,18 +8,28 @@
 (d) a Patch of 200+ rows, each with its own value row, in one forward equals one row at a time.
 """
 
+import functools
+
 import pytest
 import torch
 
+import interp
 from interp import AblateHeads, Capture, Patch, Site, ZeroRopeDims
 from interp.interventions import Intervention, _assign
+from interp.tiny import tiny_random_hf
 from interp.types import HEAD_KINDS, MODULE_KINDS, RESID_KINDS, SITE_KINDS, SiteKind
 
-from .helpers import ids, pair
+from .helpers import ids
 
 MODELS = [("llama", True), ("qwen2", False)]  # a GQA and an MHA RoPE model
 MODEL_IDS = ["llama-gqa", "qwen2-mha"]
 ARRANGEMENTS = ["editor_first", "observer_first", "outer_observer", "outer_editor"]
+
+
+@functools.lru_cache(maxsize=None)
+def _model(family, gqa):
+    """One wrapped tiny model per variant, shared by the tests (interventions are scoped)."""
+    return interp.Model(tiny_random_hf(family, gqa, seed=0))
 
 
 def _run(model, x, editor, observer, how, **fw):
@@ -52,7 +62,7 @@ def _clean(model, x, sites):
 @pytest.mark.parametrize("how", ARRANGEMENTS)
 @pytest.mark.parametrize("family,gqa", MODELS, ids=MODEL_IDS)
 def test_capture_q_sees_zeroed_rope_dims(family, gqa, how):
-    _, model = pair(family, gqa)
+    model = _model(family, gqa)
     x = ids(3, 10)
     layer, head, dims = 1, 2, [0, 3, 8, 11]
     clean_q = _clean(model, x, ["L1.q"])["L1.q"]  # [b, s, H, d]
@@ -68,7 +78,7 @@ def test_capture_q_sees_zeroed_rope_dims(family, gqa, how):
 
 @pytest.mark.parametrize("how", ARRANGEMENTS)
 def test_capture_k_sees_key_side_zeroing(how):
-    _, model = pair("llama", False)  # MHA: no GQA warning
+    model = _model("llama", False)  # MHA: no GQA warning
     x = ids(2, 10)
     dims = [1, 2, 9]
     clean_k = _clean(model, x, ["L2.k"])["L2.k"]
@@ -82,7 +92,7 @@ def test_capture_k_sees_key_side_zeroing(how):
 @pytest.mark.parametrize("how", ARRANGEMENTS)
 @pytest.mark.parametrize("family,gqa", MODELS, ids=MODEL_IDS)
 def test_capture_head_out_sees_ablation(family, gqa, how):
-    _, model = pair(family, gqa)
+    model = _model(family, gqa)
     x = ids(3, 10)
     clean = _clean(model, x, ["L1.head_out"])["L1.head_out"]
     cap = Capture(["L1.head_out"])
@@ -97,7 +107,7 @@ def test_capture_head_out_sees_ablation(family, gqa, how):
 @pytest.mark.parametrize("how", ARRANGEMENTS)
 def test_capture_q_sees_uniform_ablation_and_rows(how):
     """AblateHeads(mode="uniform") zeroes the query of the head, for the listed rows only."""
-    _, model = pair("llama", True)
+    model = _model("llama", True)
     x = ids(4, 8)
     clean = _clean(model, x, ["L2.q"])["L2.q"]
     cap = Capture(["L2.q"])
@@ -110,7 +120,7 @@ def test_capture_q_sees_uniform_ablation_and_rows(how):
 
 @pytest.mark.parametrize("how", ARRANGEMENTS)
 def test_capture_sees_patched_q_and_head_out(how):
-    _, model = pair("qwen2", True)
+    model = _model("qwen2", True)
     x = ids(2, 9)
     g = torch.Generator().manual_seed(3)
     vq = torch.randn(2, 9, 16, generator=g)
@@ -124,9 +134,7 @@ def test_capture_sees_patched_q_and_head_out(how):
 def test_observers_agree_across_arrangements_and_with_attention_rows():
     """Every arrangement gives the same captures and logits; the legacy observe_qk recorder
     (AttentionRows) sees the same edited q as Capture."""
-    import interp
-
-    _, model = pair("llama", True)
+    model = _model("llama", True)
     x = ids(2, 10)
     outs = []
     for how in ARRANGEMENTS:
@@ -155,7 +163,7 @@ def test_observers_agree_across_arrangements_and_with_attention_rows():
 @pytest.mark.parametrize("family,gqa", [("llama", True), ("gpt2", False)])
 @pytest.mark.parametrize("kind", MODULE_KINDS)
 def test_outer_capture_sees_inner_patch_at_module_site(family, gqa, kind):
-    _, model = pair(family, gqa)
+    model = _model(family, gqa)
     x = ids(2, 8)
     site = f"L1.{kind}"
     v = torch.randn(2, 8, model.spec.d_model, generator=torch.Generator().manual_seed(4))
@@ -176,7 +184,7 @@ def test_outer_capture_sees_inner_patch_at_module_site(family, gqa, kind):
 
 
 def test_editors_keep_their_order_at_a_module_site():
-    _, model = pair("llama", True)
+    model = _model("llama", True)
     x = ids(2, 8)
     g = torch.Generator().manual_seed(5)
     v1, v2 = torch.randn(2, 8, 64, generator=g), torch.randn(2, 8, 64, generator=g)
@@ -320,7 +328,7 @@ def _forward(model, x, iv, batch_size):
 @pytest.mark.parametrize("rows", ROW_SETS)
 @pytest.mark.parametrize("family,gqa", MODELS, ids=MODEL_IDS)
 def test_ablate_heads_rows_equal_loop(family, gqa, rows, batch_size):
-    _, model = pair(family, gqa)
+    model = _model(family, gqa)
     x = ids(5, 8)
     heads = [(0, 1), (1, 0), (1, 3), (2, 2)]
     means = torch.randn(3, 4, 16, generator=torch.Generator().manual_seed(6))
@@ -340,7 +348,7 @@ def test_ablate_heads_rows_equal_loop(family, gqa, rows, batch_size):
 @pytest.mark.parametrize("rows", ROW_SETS)
 @pytest.mark.parametrize("family,gqa", MODELS, ids=MODEL_IDS)
 def test_zero_rope_dims_rows_equal_loop(family, gqa, rows, batch_size):
-    _, model = pair(family, gqa)
+    model = _model(family, gqa)
     x = ids(5, 8)
     heads, dims = [(1, 0), (1, 3), (2, 1)], [0, 5, 6, 13]
     for side in ("q", "k", "both"):
@@ -365,7 +373,7 @@ class _nullcontext:
 @pytest.mark.parametrize("family,gqa", MODELS, ids=MODEL_IDS)
 @pytest.mark.parametrize("site", ["L1.resid_pre", "L1.head_out.H2", "L2.q.H1"])
 def test_patch_rows_and_positions_equal_loop(family, gqa, rows, batch_size, site):
-    _, model = pair(family, gqa)
+    model = _model(family, gqa)
     x = ids(5, 8)
     width = model.spec.d_model if "resid" in site else model.spec.head_dim
     n_rows = 5 if rows is None else len(rows)
@@ -407,7 +415,7 @@ def test_assign_equals_loop_on_random_tensors():
 
 @pytest.mark.parametrize("site,chunk", [("L1.resid_pre", None), ("L2.head_out.H1", 64)])
 def test_patch_of_240_rows_equals_one_row_at_a_time(site, chunk):
-    _, model = pair("llama", True)
+    model = _model("llama", True)
     n, s = 240, 6
     x = ids(n, s, seed=9)
     g = torch.Generator().manual_seed(10)
@@ -439,7 +447,7 @@ def test_site_kinds_defined_once():
     assert SiteKind.K.heads == "n_kv_heads" and SiteKind.Q.heads == "n_heads"
     s = Site(1, SiteKind.Q)
     assert s == Site.parse("L1.q") and type(s.kind) is str and s.kind == "q" and str(s) == "L1.q"
-    _, model = pair("llama", True)
+    model = _model("llama", True)
     spec = model.spec
     from interp.store.cache import site_shape
 

@@ -89,8 +89,9 @@ class RopeZeroResult:
 
         recs = []
         for d in self.doses:
-            blocks = [("target", d.target, d.target_dims.get("dims")), ("random dims (pooled)", d.random_pooled, None),
-                      ("matched heads (pooled)", d.matched_pooled, None)]
+            blocks = [("target", d.target, d.target_dims.get("dims"))]
+            if d.dose > 0:
+                blocks += [("random dims (pooled)", d.random_pooled, None), ("matched heads (pooled)", d.matched_pooled, None)]
             blocks += [(f"random dims {i + 1}", r, r["dims"].get("dims")) for i, r in enumerate(d.random_dims)]
             blocks += [(f"matched heads {i + 1}", r, None) for i, r in enumerate(d.matched_heads)]
             for name, b, dims in blocks:
