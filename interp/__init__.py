@@ -35,7 +35,7 @@ _EXPORTS = {
 
 _SUBMODULES = ("adapters", "capture", "errors", "interception", "interventions", "loading", "model", "rows",
                "spec", "tiny", "types", "cli", "stats", "plotting", "provenance", "analyses", "tasks",
-               "store", "probes")
+               "store", "probes", "experiments", "corpus")
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
