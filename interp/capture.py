@@ -165,12 +165,18 @@ class Patch(_SiteBase):
         b, n_pos = t.shape[0], t.shape[1]
         dev = t.device
         if self.rows is None:
-            local = torch.arange(b, device=dev)
+            local = torch.arange(b)
             src = local + batch_start  # value rows are global batch rows
         else:
-            local, src = self._rows_in(batch_start, b, dev)  # value rows are positions in `rows`
+            local, src = self._rows_in(batch_start, b)  # value rows are positions in `rows`
             if local.numel() == 0:
                 return t
+        if not callable(value):
+            value = torch.as_tensor(value)
+            need = int(src.max())  # on the CPU: no device sync
+            if value.shape[0] <= need:
+                raise InterventionError(f"patch value for {site} has {value.shape[0]} rows; row {need} needed")
+        local = local.to(dev)
         pos = (torch.arange(n_pos, device=dev) if self.positions is None
                else torch.as_tensor(self.positions, dtype=torch.long, device=dev))
         idx = (local[:, None], pos[None, :]) + (() if site.head is None else (site.head,))
@@ -178,10 +184,6 @@ class Patch(_SiteBase):
         if callable(value):
             new = value(cur)
         else:
-            value = torch.as_tensor(value)
-            need = int(src.max())
-            if value.shape[0] <= need:
-                raise InterventionError(f"patch value for {site} has {value.shape[0]} rows; row {need} needed")
             new = value.index_select(0, src.to(value.device)).to(device=dev, dtype=t.dtype)
         if new.shape != cur.shape:
             raise InterventionError(f"patch value for {site} has shape {tuple(new.shape[1:])} per row, "

@@ -318,6 +318,27 @@ def test_notebook_level_ablation_in_a_few_lines():
     assert comp.direct[0]["diff"] == res.target_vs_random["diff"] < -2.0
 
 
+def test_resolve_heads_sources(tmp_path):
+    from interp.analyses.induction import InductionConfig
+    from interp.tasks.repeated import RepeatedConfig
+
+    model = planted_model("llama")
+    cfg = InductionConfig(repeated=RepeatedConfig(lengths=(8,), n_seqs=4), tokens=CONTENT, bos_id=BOS, copy_k=3)
+    sel = resolve_heads("induction", model, induction=cfg)
+    assert [str(h) for h in sel.heads] == ["L1H1"] and sel.source.startswith("induction (detected")
+    (tmp_path / "induction.json").write_text(json.dumps({"model": model.name, "induction_heads": ["L1H1", "L2H0"]}))
+    sel = resolve_heads("induction", model, from_dir=str(tmp_path))
+    assert [str(h) for h in sel.heads] == ["L1H1", "L2H0"] and sel.detection["n_heads"] == 2
+    (tmp_path / "heads.txt").write_text("L0H0\nL2H3")
+    assert [str(h) for h in resolve_heads(str(tmp_path / "heads.txt"), model).heads] == ["L0H0", "L2H3"]
+    assert len(resolve_heads("random", model, n_heads=3, seed=1).heads) == 3
+    long_list = ",".join(f"L{l}H{h}" for l in range(3) for h in range(4)) * 40  # too long for a file name
+    with pytest.raises(interp.InvalidInputError, match="outside the model|bad head"):
+        resolve_heads(long_list + ",L9H9", model)
+    with pytest.raises(interp.InvalidInputError, match="no retrieval.json"):
+        resolve_heads("retrieval", model, from_dir=str(tmp_path))
+
+
 # ---- structure ---------------------------------------------------------------------------------
 def test_one_condition_loop_and_no_training_imports():
     """No analysis module keeps its own condition -> CI -> pooled-random loop, and the input packages

@@ -110,6 +110,8 @@ def resolve_target_heads(heads: str, m, niah, threshold: float, from_dir, batch_
     return sel.heads, sel.source, sel.detection
 
 
+HEADS_HELP = ("retrieval (detected now, or from --from DIR) | induction (likewise, induction.json) | random | "
+              "L3H1,L5H0 | FILE (ids, a retrieval.json or an induction.json).")
 PROMPTS = typer.Option(None, "--prompts", help='Teacher-forced prompts instead of NIAH: JSONL, one '
                        '{"prompt": ..., "answer": " Paris", "wrong": " Rome"} per line (wrong for logit_diff only).')
 METRIC = typer.Option("logit_diff", "--metric", help="With --prompts: logit_diff (answer - wrong at the last token) "
@@ -153,8 +155,7 @@ def write_task_prompts(task, samples, m, path: Path) -> None:
 
 
 def ablate(model: Optional[str] = MODEL,
-           heads: str = typer.Option("retrieval", "--heads", help="retrieval | random | L3H1,L5H0 | FILE (ids or a "
-                                     "retrieval.json)."),
+           heads: str = typer.Option("retrieval", "--heads", help=HEADS_HELP),
            mode: str = typer.Option("zero", "--mode", help="zero | mean | uniform (query zeroed, as Wu et al.)."),
            decode_only: bool = typer.Option(False, "--decode-only", help="Mask during decoding only, like the "
                                             "original (default: prefill and decode)."),

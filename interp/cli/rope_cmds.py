@@ -10,10 +10,10 @@ import typer
 from ..errors import InvalidInputError
 from .common import niah_config, out_dir, parse_ints, progress_bar, write_json
 from .retrieval_cmds import (BATCH, DEPTHS, DEVICE, DTYPE, HAYSTACK, JSON, LENGTHS, MAX_NEW, MODEL, NEEDLES, OUT,
-                             SEEDS, SEPARATOR, THRESHOLD, CSV, METRIC, PROMPTS, _model, prompt_task, resolve_target_heads,
+                             SEEDS, SEPARATOR, THRESHOLD, CSV, HEADS_HELP, METRIC, PROMPTS, _model, prompt_task, resolve_target_heads,
                              write_table, write_task_prompts)
 
-HEADS = typer.Option("retrieval", "--heads", help="retrieval | random | L3H1,L5H0 | FILE (ids or a retrieval.json).")
+HEADS = typer.Option("retrieval", "--heads", help=HEADS_HELP)
 FROM = typer.Option(None, "--from", help="Reuse retrieval.json from this directory.")
 
 

@@ -65,12 +65,13 @@ def _saved(from_dir: str, name: str, key: str, model) -> tuple[dict, Path]:
 
 
 def resolve_heads(spec_text: str | Sequence, model, *, niah=None, threshold: float = 0.1, from_dir: str | None = None,
-                  batch_size: int = 8, seed: int = 0, n_heads: int | None = None) -> HeadSelection:
+                  batch_size: int = 8, seed: int = 0, n_heads: int | None = None, induction=None) -> HeadSelection:
     """Turn a head specification into heads, with where they came from.
 
     "retrieval": the retrieval heads of `from_dir`/retrieval.json, or detected now on `niah`
     (a NiahConfig; default grid) with `threshold`. "induction": `from_dir`/induction.json's
-    induction heads, or detected now (default repeated-token task). "random": `n_heads` heads
+    induction heads, or detected now (`induction`: an InductionConfig; default: the default
+    repeated-token task, without its causal check). "random": `n_heads` heads
     (default a tenth of all) drawn with `seed`. A path: a text file of ids or a result JSON.
     Anything else: ids such as "L3H1,L5H0" or a list of HeadId / (layer, head).
     """
@@ -101,7 +102,9 @@ def resolve_heads(spec_text: str | Sequence, model, *, niah=None, threshold: flo
                                  {"from": str(f), "n_heads": len(d["induction_heads"])})
         from ..analyses.induction import InductionConfig, detect_induction_heads
 
-        res = detect_induction_heads(model, InductionConfig(seed=seed, batch_size=batch_size, causal=False))
+        cfg = induction or InductionConfig(seed=seed, batch_size=batch_size)
+        cfg.causal = False
+        res = detect_induction_heads(model, cfg)
         return HeadSelection(as_heads(res.induction_heads), f"induction (detected, score > {res.threshold})",
                              {"threshold": res.threshold, "n_heads": len(res.induction_heads)}, res)
     if spec_text == "random":
