@@ -17,15 +17,16 @@ _EXPORTS = {
     "HeadId": "types",
     "KVHeadId": "types",
     "Site": "types",
+    "SiteKind": "types",
     "ModelSpec": "spec",
     "RopeSpec": "spec",
-    "AblateHeads": "interventions",
-    "ZeroRopeDims": "interventions",
-    "Capture": "capture",
-    "Patch": "capture",
-    "head_output_means": "capture",
-    "AttentionRows": "rows",
-    "attention_rows": "rows",
+    "AblateHeads": "hooks.interventions",
+    "ZeroRopeDims": "hooks.interventions",
+    "Capture": "hooks.capture",
+    "Patch": "hooks.capture",
+    "head_output_means": "hooks.capture",
+    "AttentionRows": "hooks.rows",
+    "attention_rows": "hooks.rows",
     "InterpError": "errors",
     "InvalidInputError": "errors",
     "ModelNotFoundError": "errors",
@@ -33,7 +34,7 @@ _EXPORTS = {
     "InterventionError": "errors",
 }
 
-_SUBMODULES = ("adapters", "capture", "errors", "interception", "interventions", "loading", "model", "rows",
+_SUBMODULES = ("adapters", "hooks", "errors", "loading", "model",
                "spec", "tiny", "types", "cli", "stats", "plotting", "provenance", "analyses", "tasks",
                "store", "probes", "experiments", "corpus")
 

@@ -11,7 +11,7 @@ import torch
 
 from .adapters import Adapter, adapter_for
 from .errors import InterpError, InvalidInputError
-from .interception import install, uninstall
+from .hooks.interception import install, uninstall
 from .spec import ModelSpec
 
 

@@ -20,7 +20,7 @@ import interp
 from interp import stats
 from interp.experiments import (NiahTask, PromptItem, PromptTask, baseline, compare, head_ablation,
                                 random_head_controls, resolve_heads, run_conditions, run_niah)
-from interp.interventions import AblateHeads, ZeroRopeDims
+from interp.hooks.interventions import AblateHeads, ZeroRopeDims
 from interp.loading import bundled_models
 from interp.tasks.niah import NiahConfig, build_niah
 
@@ -163,7 +163,7 @@ def test_induction_causal_check_equals_hand_loop():
 
 def test_mean_ablation_reference_means_in_one_place():
     """Weighted over batches by real tokens == one masked mean over all reference prompts."""
-    from interp.capture import head_output_means
+    from interp.hooks.capture import head_output_means
     from interp.experiments import mean_head_outputs
 
     model = interp.load_model("tiny-random-llama")

@@ -250,7 +250,7 @@ def test_bad_heads_and_sites_raise_clear_errors():
 def test_head_write_norms_match_o_proj_inputs(family, gqa, path):
     """Per-head residual write norms equal a recomputation from the plain model's output-projection
     inputs (forward pre-hooks) and weights, over real tokens only."""
-    from interp.capture import head_write_norms
+    from interp.hooks.capture import head_write_norms
 
     plain, model = pair(family, gqa)
     _, x, mask = left_padded()

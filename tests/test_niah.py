@@ -153,7 +153,7 @@ def test_runner_evaluates_each_distinct_condition_once():
     """Conditions with the same interventions (e.g. coinciding random draws) are evaluated once; every
     condition gets the arrays, and progress advances for every planned condition."""
     from interp.experiments import Condition, Task, run_conditions
-    from interp.interventions import AblateHeads
+    from interp.hooks.interventions import AblateHeads
 
     calls, ticks = [], []
 

@@ -23,7 +23,7 @@ from typing import Sequence
 from ..errors import InvalidInputError
 from ..experiments import (Comparison, ConditionStats, NiahTask, baseline, compare, head_ablation,
                            random_head_controls, reference_means, run_conditions, write_norms)
-from ..interventions import ABLATION_MODES, AblateHeads
+from ..hooks.interventions import ABLATION_MODES, AblateHeads
 from ..tasks.niah import NiahConfig
 from ..types import HeadId
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from ..capture import Capture, Patch
+from ..hooks.capture import Capture, Patch
 from ..errors import InvalidInputError, UnsupportedModelError
 from ..types import Site
 

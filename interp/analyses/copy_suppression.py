@@ -35,12 +35,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from ..capture import Capture
+from ..hooks.capture import Capture
 from ..errors import InvalidInputError, UnsupportedModelError
-from ..interventions import ABLATION_MODES, AblateHeads, Intervention
-from ..rows import compute_rows
+from ..hooks.interventions import ABLATION_MODES, AblateHeads, Intervention
+from ..hooks.rows import compute_rows
 from ..tasks.repeated import resolve_source, token_pool
-from ..types import HeadId, Site, as_heads
+from ..types import HeadId, Site, SiteKind, as_heads
 from .circuits import FinalNormLinear, centered_unembed, ov_scores, qk_self_match, token_sample
 
 
@@ -136,7 +136,7 @@ def _logit_lens(model):
 
 def _check_additive(model, ids: torch.Tensor) -> None:
     """Refuse direct effects where the attention output is not added to the residual stream as is."""
-    sites = [Site(0, k) for k in ("resid_pre", "attn_out", "mlp_out", "resid_post")]
+    sites = [Site(0, k) for k in (SiteKind.RESID_PRE, SiteKind.ATTN_OUT, SiteKind.MLP_OUT, SiteKind.RESID_POST)]
     cap = Capture(sites)
     try:
         with model.intervene(cap):

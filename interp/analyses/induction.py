@@ -38,8 +38,8 @@ import torch
 from ..errors import InvalidInputError
 from ..experiments import (RepeatedTask, baseline, compare, head_ablation, random_head_controls, reference_means,
                            run_conditions)
-from ..interventions import ABLATION_MODES, AblateHeads, Intervention
-from ..rows import compute_rows
+from ..hooks.interventions import ABLATION_MODES, AblateHeads, Intervention
+from ..hooks.rows import compute_rows
 from ..tasks.repeated import (RepeatedConfig, bos_id, build_repeated_batches, resolve_source,
                               token_pool)
 from ..types import HeadId, as_heads

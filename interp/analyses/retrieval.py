@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from ..errors import InvalidInputError
-from ..interventions import Intervention
-from ..rows import compute_rows
+from ..hooks.interventions import Intervention
+from ..hooks.rows import compute_rows
 from ..tasks.niah import NiahConfig, NiahSample, build_niah
 from ..experiments.tasks import NiahOutcome, run_niah
 

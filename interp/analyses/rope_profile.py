@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from ..capture import Capture
+from ..hooks.capture import Capture
 from ..errors import InvalidInputError
 from ..rope import require_rope
 from ..types import HeadId, Site

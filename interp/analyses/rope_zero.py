@@ -24,7 +24,7 @@ from typing import Sequence
 from ..errors import InvalidInputError
 from ..experiments import (Comparison, Condition, NiahTask, PromptTask, baseline, compare, random_head_controls,
                            run_conditions, text_items)
-from ..interventions import ZeroRopeDims
+from ..hooks.interventions import ZeroRopeDims
 from ..rope import require_rope, resolve_dims
 from ..tasks.niah import NiahConfig
 from ..types import HeadId

@@ -174,7 +174,7 @@ def ablate(model: Optional[str] = MODEL,
     permutation tests, target vs pooled random)."""
     from .. import plotting
     from ..analyses.ablation import AblationConfig, run_ablation
-    from ..interventions import ABLATION_MODES
+    from ..hooks.interventions import ABLATION_MODES
     from ..tasks.niah import build_niah
 
     if mode not in ABLATION_MODES:

@@ -35,7 +35,7 @@ def rope_zero(model: Optional[str] = MODEL, heads: str = HEADS,
     head and task controls."""
     from .. import plotting
     from ..analyses.rope_zero import RopeZeroConfig, run_rope_zero
-    from ..interventions import ZERO_SIDES
+    from ..hooks.interventions import ZERO_SIDES
     from ..rope import require_rope
     from ..tasks.niah import build_niah
 

@@ -78,7 +78,7 @@ def random_head_controls(target: Sequence[HeadId], spec, make, draws: int, seed:
 
 def head_ablation(name: str, heads: Sequence[HeadId], mode: str = "zero", means=None, role: str = "other"
                   ) -> Condition:
-    from ..interventions import AblateHeads
+    from ..hooks.interventions import AblateHeads
 
     heads = tuple(heads)
     return Condition(name, (AblateHeads(heads, mode=mode, means=means),) if heads else (), role=role, heads=heads)

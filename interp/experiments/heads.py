@@ -147,7 +147,7 @@ class WriteNorms:
 
 
 def write_norms(model, inputs: Sequence[Sequence[int]], batch_size: int = 8) -> WriteNorms:
-    from ..capture import head_write_norms
+    from ..hooks.capture import head_write_norms
 
     b = model.pad(list(inputs))
     return WriteNorms(head_write_norms(model, b, batch_size=batch_size).numpy(), len(inputs))

@@ -86,7 +86,7 @@ def _match_mask(tok: np.ndarray, special: np.ndarray, window: int, causal: bool)
 
 
 def classify_heads(model, config: HeadConfig | None = None) -> HeadResult:
-    from ..rows import attention_rows
+    from ..hooks.rows import attention_rows
 
     cfg = config or HeadConfig()
     if model.tokenizer is None:

@@ -149,17 +149,9 @@ def _tokenize(tok, texts: list[str], cfg: CacheConfig):
 def _run_batch(model, sites: list[Site], seqs, seq0: int, dtype: str) -> dict:
     import torch
 
-    from ..capture import Capture
-    from ..model import Batch
+    from ..hooks.capture import Capture
 
-    T = max(len(s[0]) for s in seqs)
-    b = len(seqs)
-    ids = torch.full((b, T), model.tokenizer.pad_token_id or 0, dtype=torch.long)
-    mask = torch.zeros((b, T), dtype=torch.long)
-    for i, (s, _, _) in enumerate(seqs):
-        if len(s):
-            ids[i, T - len(s):] = torch.from_numpy(s)
-            mask[i, T - len(s):] = 1
+    batch = model.pad([s[0] for s in seqs])
     rows = {"tokens": np.concatenate([s[0] for s in seqs]).astype(np.int32),
             "positions": np.concatenate([np.arange(len(s[0])) for s in seqs]).astype(np.int32),
             "seq": np.concatenate([np.full(len(s[0]), seq0 + i) for i, s in enumerate(seqs)]).astype(np.int32),
@@ -167,14 +159,13 @@ def _run_batch(model, sites: list[Site], seqs, seq0: int, dtype: str) -> dict:
     if not len(rows["tokens"]):
         return {**rows, **{str(s): np.empty((0,), dtype=dtype) for s in sites}}
     cap = Capture(sites, to_cpu=True)
-    batch = Batch(ids.to(model.device), mask.to(model.device))
     with model.intervene(cap):
         model.forward(batch, logits=False)
-    keep = mask.bool()
+    keep = batch.attention_mask.bool().cpu()
     tdt = {"float32": torch.float32, "float16": torch.float16}[dtype]
     for s in sites:
         t = cap[s]
-        assert t.shape[:2] == (b, T), (s, t.shape)
+        assert t.shape[:2] == tuple(batch.input_ids.shape), (s, t.shape)
         rows[str(s)] = t[keep].to(tdt).numpy()
     return rows
 

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import torch
 
-from .errors import InvalidInputError
+from ..errors import InvalidInputError
 from .interception import AttnCall
 from .interventions import Intervention
 

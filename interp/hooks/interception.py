@@ -26,6 +26,7 @@ it runs the editors' functions in the order they were added, then the observers'
 from __future__ import annotations
 
 import sys
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -180,11 +181,12 @@ def _base_function(module: Any, base: str) -> Callable:
 def _make_wrapper(base: str) -> Callable:
     def interp_attention(module, query, key, value, attention_mask, **kwargs):
         fn = _base_function(module, base)
-        state: InterceptState | None = getattr(module, "_interp_state", None)
-        if state is None or not state.active:
+        entry = _INSTALLED.get(module)
+        if entry is None or not entry[0].active:
             return fn(module, query, key, value, attention_mask, **kwargs)
+        state, layer = entry
         call = AttnCall(
-            layer=module._interp_layer,
+            layer=layer,
             module=module,
             mask=attention_mask,
             scaling=kwargs.get("scaling") if kwargs.get("scaling") is not None else query.shape[-1] ** -0.5,
@@ -238,15 +240,18 @@ def current_base(hf) -> str:
     return impl[len(PREFIX):] if impl.startswith(PREFIX) else impl
 
 
+# attention module -> (its model's InterceptState, layer index). Kept here, not as attributes on the
+# HF modules: weak keys, so a model that is garbage-collected leaves nothing behind.
+_INSTALLED: "weakref.WeakKeyDictionary[Any, tuple[InterceptState, int]]" = weakref.WeakKeyDictionary()
+
+
 def install(hf, adapter, spec) -> InterceptState:
-    """Route `hf`'s attention through the wrapper; tag each attention module with its layer."""
+    """Route `hf`'s attention through the wrapper; register each attention module with its layer."""
     state = InterceptState(spec=spec)
     name = register(current_base(hf))
     _set_impl(hf, name)
     for i in range(spec.n_layers):
-        mod = adapter.attention(i)
-        mod._interp_layer = i
-        mod._interp_state = state
+        _INSTALLED[adapter.attention(i)] = (state, i)
     return state
 
 
@@ -254,10 +259,7 @@ def uninstall(hf, adapter, spec) -> None:
     base = current_base(hf)
     _set_impl(hf, base)
     for i in range(spec.n_layers):
-        mod = adapter.attention(i)
-        for attr in ("_interp_layer", "_interp_state"):
-            if hasattr(mod, attr):
-                delattr(mod, attr)
+        _INSTALLED.pop(adapter.attention(i), None)
 
 
 def _set_impl(hf, name: str) -> None:
