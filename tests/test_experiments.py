@@ -350,3 +350,21 @@ def test_one_condition_loop_and_no_training_imports():
         for f in (ROOT / "interp" / pkg).glob("*.py"):
             imports = [ln for ln in f.read_text().splitlines() if re.match(r"\s*(from|import)\s", ln)]
             assert not [ln for ln in imports if "organisms" in ln], f"{f} imports the training package"
+
+
+def test_every_cli_result_writes_a_tidy_csv(tmp_path, capsys):
+    """detect induction writes induction.csv (one row per head and score) and the causal table."""
+    import pandas as pd
+
+    o = tmp_path / "ind"
+    code, _, err = run_cli(["detect", "induction", "-m", "tiny-random-gpt2", "--lengths", "6", "--seqs", "3",
+                            "--heads", "L1H1", "--draws", "1", "--copy-tokens", "40", "--n-boot", "100",
+                            "--out", str(o)], capsys)
+    assert code == 0, err
+    d = json.loads((o / "induction.json").read_text())
+    df = pd.read_csv(o / "induction.csv")
+    ind = df[df.quantity == "induction"].sort_values(["layer", "head"])
+    np.testing.assert_allclose(ind.value.to_numpy(), np.array(d["scores"]["induction"]).ravel(), atol=1e-9)
+    causal = pd.read_csv(o / "induction_causal.csv")
+    t = causal[(causal.condition == "target") & (causal.metric == "late_loss")]
+    assert t["mean"].item() == pytest.approx(d["causal"]["conditions"][1]["estimates"]["late_loss"]["mean"])

@@ -87,6 +87,13 @@ class CopySuppressionResult:
     found: bool = False
     summary: str = ""
 
+    def to_frame(self):
+        """One row per (layer, head, quantity): every per-head score, `is_copy_suppression` and `is_candidate`."""
+        from ..tables import head_frame
+
+        return head_frame(self.scores, {"is_copy_suppression": self.copy_suppression_heads,
+                                        "is_candidate": [c["head"] for c in self.candidates]}, model=self.model)
+
     def to_dict(self) -> dict:
         return asdict(self)
 

@@ -163,6 +163,29 @@ class InductionResult:
     provenance: dict
     single_head_effects: dict | None = None  # with sweep: {"late_loss": [layer][head], "early_loss": ...} changes
 
+    def to_frame(self):
+        """One row per (layer, head, quantity): pattern and OV scores (and single-head ablation effects with
+        the sweep), `is_induction` marked; causal conditions are in `causal_frame()`."""
+        from ..tables import head_frame
+
+        grids = {**self.scores, **{f"tl_{k}": v for k, v in self.tl_scores.items()}}
+        if self.single_head_effects:
+            grids.update({f"ablation_delta_{k}": v for k, v in self.single_head_effects.items() if k != "mode"})
+        return head_frame(grids, {"is_induction": self.induction_heads, "is_prev_token": self.prev_token_heads},
+                          model=self.model)
+
+    def causal_frame(self):
+        """The causal check as a long table: one row per (condition, metric)."""
+        import pandas as pd
+
+        if not self.causal:
+            return pd.DataFrame()
+        from ..experiments.compare import Comparison, ConditionStats
+
+        rows = [ConditionStats(**c) for c in self.causal["conditions"]]
+        pooled = [ConditionStats(**self.causal["random_pooled"])] if self.causal["random_pooled"] else []
+        return Comparison("late_loss", rows, pooled, self.causal["target_vs_random"]).to_frame()
+
     def to_dict(self) -> dict:
         return asdict(self)
 

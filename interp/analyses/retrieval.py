@@ -125,6 +125,13 @@ class RetrievalResult:
 
         return as_heads(self.heads)
 
+    def to_frame(self):
+        """One row per (layer, head, quantity): the retrieval and streaming scores, `is_retrieval` marked."""
+        from ..tables import head_frame
+
+        return head_frame({"retrieval_score": self.scores, "streaming_score": self.streaming},
+                          {"is_retrieval": self.heads}, model=self.model)
+
     def to_dict(self) -> dict:
         return asdict(self)
 

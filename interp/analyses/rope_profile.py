@@ -58,6 +58,17 @@ class RopeProfileResult:
     config: dict
     provenance: dict = field(default_factory=dict)
 
+    def to_frame(self):
+        """One row per (layer, head, quantity): the head statistic and every pair's share of |q.k|."""
+        from ..tables import head_frame
+
+        grids = {self.statistic: self.head_statistic}
+        n = len(self.usage[0][0]) if self.usage and self.usage[0] else 0
+        for p in range(n):
+            name = f"share_pair_{p}" if p < len(self.pair_freqs) else "share_non_rotary"
+            grids[name] = [[h[p] for h in layer] for layer in self.usage]
+        return head_frame(grids, {"is_retrieval": self.retrieval_heads}, model=self.model)
+
     def to_dict(self) -> dict:
         return asdict(self)
 

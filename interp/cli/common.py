@@ -56,6 +56,19 @@ def write_json(obj: dict, path: Path) -> None:
     tmp.replace(path)
 
 
+def write_table(res, path: Path, echo: bool = False) -> None:
+    """A result's tidy table (its `to_frame()`, or a DataFrame) as CSV beside its JSON, atomically; on
+    stdout with echo."""
+    import typer
+
+    df = res.to_frame() if hasattr(res, "to_frame") else res
+    tmp = path.with_suffix(".csv.partial")
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)
+    if echo:
+        typer.echo(df.to_csv(index=False), nl=False)
+
+
 def progress_bar(total: int, description: str):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import out_dir, parse_ints, progress_bar, write_json
+from .common import out_dir, parse_ints, progress_bar, write_json, write_table
 from .retrieval_cmds import BATCH, DEVICE, DTYPE, JSON, MODEL, OUT, _model, detect_app
 
 SEED = typer.Option(0, "--seed", help="Seed of the random tokens / texts, token samples, control draws, bootstrap.")
@@ -33,8 +33,13 @@ def _run(model, device, dtype, out, command: str, steps, analyse, figures, print
     o = out_dir(out, command, m.name)
     prog, advance = progress_bar(steps(m), command)
     with prog:
-        d = analyse(m, advance).to_dict()
-    write_json(d, o / f"{command.replace('-', '_')}.json")
+        res = analyse(m, advance)
+    d = res.to_dict()
+    stem = command.replace('-', '_')
+    write_json(d, o / f"{stem}.json")
+    write_table(res, o / f"{stem}.csv")
+    if getattr(res, "causal", None):
+        write_table(res.causal_frame(), o / f"{stem}_causal.csv")
     for stem, fig in figures(d).items():
         write_html(fig, o / f"{stem}.html")
     if as_json:

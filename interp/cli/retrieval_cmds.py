@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import niah_config, out_dir, progress_bar, write_json
+from .common import niah_config, out_dir, progress_bar, write_json, write_table
 
 detect_app = typer.Typer(no_args_is_help=True, help="Detect head types.")
 
@@ -54,6 +54,7 @@ def _write_detection(res, samples, model, out: Path):
     from ..tasks.niah import write_prompts
 
     write_json(res.to_dict(), out / "retrieval.json")
+    write_table(res, out / "retrieval.csv")
     write_prompts(samples, model.tokenizer, out / "prompts.jsonl")
     d = res.to_dict()
     plotting.write_html(plotting.retrieval_heatmap(d), out / "retrieval_heatmap.html")
@@ -130,16 +131,6 @@ def prompt_task(m, prompts: Optional[str], metric: str):
     if metric not in PROMPT_METRICS:
         raise InvalidInputError(f"--metric {metric!r}: valid metrics are {', '.join(PROMPT_METRICS)}")
     return PromptTask(read_prompts(prompts, m.tokenizer, metric), metric, name=str(prompts))
-
-
-def write_table(res, path: Path, echo: bool) -> None:
-    """The result's tidy table as CSV beside the JSON (atomically), and on stdout with --csv."""
-    df = res.to_frame()
-    tmp = path.with_suffix(".csv.partial")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
-    if echo:
-        typer.echo(df.to_csv(index=False), nl=False)
 
 
 def write_task_prompts(task, samples, m, path: Path) -> None:

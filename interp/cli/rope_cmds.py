@@ -8,10 +8,10 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import niah_config, out_dir, parse_ints, progress_bar, write_json
+from .common import niah_config, out_dir, parse_ints, progress_bar, write_json, write_table
 from .retrieval_cmds import (BATCH, DEPTHS, DEVICE, DTYPE, HAYSTACK, JSON, LENGTHS, MAX_NEW, MODEL, NEEDLES, OUT,
                              SEEDS, SEPARATOR, THRESHOLD, CSV, HEADS_HELP, METRIC, PROMPTS, _model, prompt_task, resolve_target_heads,
-                             write_table, write_task_prompts)
+                             write_task_prompts)
 
 HEADS = typer.Option("retrieval", "--heads", help=HEADS_HELP)
 FROM = typer.Option(None, "--from", help="Reuse retrieval.json from this directory.")
@@ -120,6 +120,7 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
     res = run_rope_profile(m, cfg)
     d = res.to_dict()
     write_json(d, o / "rope_profile.json")
+    write_table(res, o / "rope_profile.csv")
     plotting.write_html(plotting.rope_usage_heatmap(d), o / "rope_usage.html")
     if as_json:
         typer.echo(json.dumps(d))

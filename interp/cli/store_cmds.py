@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import out_dir, parse_ints, progress_bar, write_json
+from .common import out_dir, parse_ints, progress_bar, write_json, write_table
 
 MODEL = typer.Option(None, "--model", "-m", help="Alias, checkpoint dir or Hub id with a tokenizer (default: the "
                      "bundled default organism, else minilm-l6).")
@@ -136,6 +136,7 @@ def probe(model: Optional[str] = MODEL,
         res = run_probes(st, pcfg, model=m if heads else None, progress=advance)
     r = res.to_dict()
     write_json(r, o / "probes.json")
+    write_table(res, o / "probes.csv")
     write_json({"probe": asdict(pcfg), "cache": asdict(ccfg) if ccfg else None, "store": str(st.path),
                 "model": m.name if m else st.model.get("name")}, o / "config.json")
     figures.write_all(r, o)

@@ -51,6 +51,12 @@ class HeadResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def to_frame(self):
+        """One row per head: its class and the scores behind it."""
+        from ..tables import records_frame
+
+        return records_frame(self.heads, model=self.model)
+
     def label_grid(self) -> list[list[str]]:
         L = len(self.per_layer)
         H = len(self.heads) // max(L, 1)

@@ -53,6 +53,12 @@ class ProbeResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def to_frame(self):
+        """One row per probed site: its scalar results (R^2, accuracies, angles, baselines) as columns."""
+        from ..tables import records_frame
+
+        return records_frame(self.layers, model=self.model)
+
 
 def site_depth(site: str) -> float:
     from ..types import Site
