@@ -108,6 +108,10 @@ def test_cli_probe_end_to_end(ckpt, tmp_path):  # noqa: F811
               "decomposition_by_layer.html"):
         assert (out / f).is_file(), f
     assert open_store(out / "store").complete
+    import pandas as pd
+
+    table = pd.read_csv(out / "probes.csv")  # one row per probed site, its scalar results as columns
+    assert list(table.site) == [l["site"] for l in r["layers"]] and len(table.columns) > 5
     # from the store alone: no model needed without head classification
     out2 = tmp_path / "p2"
     main(["probe", "--store", str(out / "store"), "--no-heads", "--out", str(out2), "--top-tokens", "16"])
