@@ -158,11 +158,14 @@ class Model:
             self._state.batch_start = 0
 
     @torch.no_grad()
-    def forward(self, inputs, attention_mask=None, batch_size: int | None = None, logits: bool = True) -> torch.Tensor:
+    def forward(self, inputs, attention_mask=None, batch_size: int | None = None, logits: bool = True,
+                last_only: bool = False) -> torch.Tensor:
         """Logits [batch, seq, vocab] (or last hidden states for encoders), batched with left padding.
 
         logits=False runs only the transformer body and returns its last hidden states (no
         [batch, seq, vocab] tensor: what hooks and recorders need when the logits are not).
+        last_only=True returns the logits of the last position only, [batch, 1, vocab] (the LM head
+        runs on that position alone: transformers' `logits_to_keep=1`, final softcaps included).
         """
         batch = self.as_batch(inputs, attention_mask)
         n = batch.input_ids.shape[0]
@@ -173,8 +176,10 @@ class Model:
         for start in range(0, n, bs):
             ids = batch.input_ids[start:start + bs]
             mask = batch.attention_mask[start:start + bs]
-            out = self._call(ids, mask, batch_start=start, body_only=not logits)
-            outs.append(out.logits if hasattr(out, "logits") else out.last_hidden_state)
+            kw = {"logits_to_keep": 1} if last_only and logits and self.spec.causal else {}
+            out = self._call(ids, mask, batch_start=start, body_only=not logits, **kw)
+            x = out.logits if hasattr(out, "logits") else out.last_hidden_state
+            outs.append(x[:, -1:] if last_only else x)
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
 
     @torch.no_grad()

@@ -26,13 +26,16 @@ Where scipy is used and where not
 * `layer_clustered_permutation`: hand-written, vectorised numpy. scipy's `permutation_test` has
   no notion of permuting labels within strata (layers) while keeping each stratum's label count.
 * `matched_random_heads`, `threshold_sweep`, `cohens_d`: plain numpy.
+* `column_mean_ci`: vectorised percentile bootstrap over pairs for every cell of a patching grid
+  (scipy's bootstrap runs one statistic at a time; a grid has thousands of cells).
 """
 
 from ._common import BCA_MAX_N, EXACT_SIGN_FLIP_MAX_N
+from .grid import GridEstimate, column_mean_ci
 from .heads import MatchedDraws, matched_random_heads, threshold_sweep
 from .paired import Estimate, PairedComparison, cohens_d, mean_ci, paired_diff
 from .permutation import PermutationResult, layer_clustered_permutation
 
-__all__ = ["BCA_MAX_N", "EXACT_SIGN_FLIP_MAX_N", "Estimate", "MatchedDraws", "PairedComparison", "PermutationResult",
+__all__ = ["BCA_MAX_N", "EXACT_SIGN_FLIP_MAX_N", "Estimate", "GridEstimate", "column_mean_ci", "MatchedDraws", "PairedComparison", "PermutationResult",
            "cohens_d", "layer_clustered_permutation", "matched_random_heads", "mean_ci", "paired_diff",
            "threshold_sweep"]

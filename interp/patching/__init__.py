@@ -1,0 +1,13 @@
+"""Activation patching: batched grids of (pair, cell) rows, equal to one forward pass per cell.
+
+    from interp.patching import PatchingConfig, read_pairs, run_patching
+    res = run_patching(model, read_pairs("pairs.jsonl", model.tokenizer), PatchingConfig(sites=("resid_pre", "head_out")))
+    res.sites["head_out"].mean   # [layer][head], normalised: 0 = no effect, 1 = the clean value restored
+"""
+
+from .cells import GRID_SITES, CellPatch, Cells
+from .pairs import PatchPair, niah_pairs, read_pairs, repeated_pairs
+from .run import DIRECTIONS, METRICS, PatchingConfig, PatchingResult, SiteGrid, run_patching
+
+__all__ = ["CellPatch", "Cells", "DIRECTIONS", "GRID_SITES", "METRICS", "PatchPair", "PatchingConfig",
+           "PatchingResult", "SiteGrid", "niah_pairs", "read_pairs", "repeated_pairs", "run_patching"]

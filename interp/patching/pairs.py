@@ -1,0 +1,147 @@
+"""Clean/corrupt prompt pairs for activation patching: from a JSONL file or built-in generators.
+
+A pair is two prompts of equal token length that differ where the task's information sits, and the
+two tokens the metric compares: `answer` (what the clean prompt predicts next) and `wrong` (what
+the corrupt prompt predicts).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InvalidInputError
+
+
+@dataclass
+class PatchPair:
+    clean: list[int]
+    corrupt: list[int]
+    answer: int  # token id the metric favours (the clean prompt's next token)
+    wrong: int  # token id it compares against (the corrupt prompt's next token)
+    source: str = ""  # "file:line" or a generator id
+    info: dict | None = None  # e.g. {"needle_value_position": -37}
+
+    def __post_init__(self):
+        if len(self.clean) != len(self.corrupt):
+            raise InvalidInputError(f"{self.source or 'pair'}: the clean prompt is {len(self.clean)} tokens and the "
+                                    f"corrupt prompt {len(self.corrupt)}; a pair must tokenise to the same length")
+        if len(self.clean) < 1:
+            raise InvalidInputError(f"{self.source or 'pair'}: empty prompt")
+
+    @property
+    def n(self) -> int:
+        return len(self.clean)
+
+
+def _single(tok, text: str, where: str, field: str) -> int:
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise InvalidInputError(f"{where}: {field} {text!r} is {len(ids)} tokens; the metric compares single tokens "
+                                "(e.g. ' Paris' with its leading space)")
+    return int(ids[0])
+
+
+def read_pairs(path: str | Path, tokenizer) -> list[PatchPair]:
+    """JSONL `{"clean": ..., "corrupt": ..., "answer": " X", "wrong": " Y"}` per line -> pairs (BOS added
+    when the tokenizer adds one). Errors name the line (and both token counts on a length mismatch)."""
+    from ..tasks.niah import _bos
+
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidInputError(f"pairs file {path}: no such file")
+    if tokenizer is None:
+        raise InvalidInputError("pair files need a tokenizer: this model was loaded without one")
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise InvalidInputError(f"pairs file {path} is not UTF-8 text") from None
+    bos = _bos(tokenizer)
+    pairs = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{i}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InvalidInputError(f"{where}: not valid JSON ({e.msg})") from None
+        missing = [k for k in ("clean", "corrupt", "answer", "wrong")
+                   if not isinstance(obj, dict) or not isinstance(obj.get(k), str) or not obj.get(k)]
+        if missing:
+            raise InvalidInputError(f'{where}: missing or empty string field(s) {missing}; each line needs '
+                                    '{"clean": ..., "corrupt": ..., "answer": " X", "wrong": " Y"}')
+        clean = bos + list(tokenizer(obj["clean"], add_special_tokens=False)["input_ids"])
+        corrupt = bos + list(tokenizer(obj["corrupt"], add_special_tokens=False)["input_ids"])
+        pairs.append(PatchPair(clean, corrupt, _single(tokenizer, obj["answer"], where, "answer"),
+                               _single(tokenizer, obj["wrong"], where, "wrong"), where))
+    if not pairs:
+        raise InvalidInputError(f"pairs file {path} has no pairs")
+    return pairs
+
+
+def niah_pairs(tokenizer, niah_config, seed: int = 0) -> list[PatchPair]:
+    """NIAH prompts (clean) and the same prompts with the needle's one-token value replaced by another
+    code word (corrupt): answer = the clean value, wrong = the corrupt one. Everything else, including
+    every position, is shared, so patching shows where the value is carried from the needle."""
+    from ..corpus import CODE_WORDS
+    from ..tasks.niah import build_niah
+
+    rng = random.Random(f"patch-niah/{seed}")
+    pairs = []
+    for s in build_niah(tokenizer, niah_config):
+        if len(s.answer_ids) != 1:
+            raise InvalidInputError(f"NIAH sample {s.id}: the answer {s.answer!r} is {len(s.answer_ids)} tokens; "
+                                    "value patching needs one-token needle values")
+        a, b = s.needle_span
+        where = [i for i in range(a, b) if s.input_ids[i] == s.answer_ids[0]]
+        if not where:
+            raise InvalidInputError(f"NIAH sample {s.id}: the answer token is not inside the needle span")
+        while True:
+            other = _single_or_none(tokenizer, " " + rng.choice(CODE_WORDS))
+            if other is not None and other != s.answer_ids[0]:
+                break
+        corrupt = list(s.input_ids)
+        for i in where:
+            corrupt[i] = other
+        pairs.append(PatchPair(list(s.input_ids), corrupt, s.answer_ids[0], other, f"niah:{s.id}",
+                               {"needle_value_position": where[-1] - len(s.input_ids),
+                                "needle_span": [a - len(s.input_ids), b - len(s.input_ids)]}))
+    return pairs
+
+
+def _single_or_none(tok, text: str) -> int | None:
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    return int(ids[0]) if len(ids) == 1 else None
+
+
+def repeated_pairs(model, length: int = 20, n: int = 16, seed: int = 0, tokens="auto", query: int | None = None
+                   ) -> list[PatchPair]:
+    """[BOS] R R[:j] (clean: the next token is R[j], by induction) vs the same with the FIRST copy's R[j]
+    replaced by a token X not in R (corrupt: induction now predicts X). answer = R[j], wrong = X."""
+    import torch
+
+    from ..tasks.repeated import bos_id, build_repeated, token_pool
+
+    pool = token_pool(model, tokens)
+    bos = bos_id(model)
+    j = length // 2 if query is None else int(query)
+    if not 1 <= j < length:
+        raise InvalidInputError(f"the query position must lie in 1..{length - 1}, got {j}")
+    batch = build_repeated(pool, length, n, seed, bos)
+    g = torch.Generator().manual_seed(seed + 1)
+    p = batch.prefix
+    pairs = []
+    for r in range(n):
+        ids = batch.ids[r].tolist()
+        copy = set(ids[p:p + length])
+        choices = [t for t in pool if t not in copy]
+        x = choices[int(torch.randint(len(choices), (1,), generator=g))]
+        clean = ids[:p + length + j]
+        corrupt = list(clean)
+        corrupt[p + j] = x
+        pairs.append(PatchPair(clean, corrupt, ids[p + j], x, f"repeated:{seed}:{r}",
+                               {"corrupted_position": p + j - len(clean)}))
+    return pairs

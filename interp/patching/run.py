@@ -1,0 +1,257 @@
+"""Activation patching: every cell of a grid, many cells per forward pass, equal to one pass per cell.
+
+Procedure (direction "denoising", the default: clean activations into the corrupt run; "noising" swaps
+the roles of the two prompts):
+1. Base and donor baselines: the base prompts (corrupt) and the donor prompts (clean) of every pair
+   run once; the donor run records the activations the grid needs (and only those), end-aligned
+   and left-padded ([n_pairs, T, ...] per layer and kind).
+2. Rows: one per (pair, cell). Rows are sorted by pair length and cut into chunks of at most
+   `max_batch` rows; each chunk is one forward pass of the base prompts, left-padded, with a
+   `CellPatch` per site kind that writes each row's own cell from its pair's donor activations.
+3. Metric on the last position's logits (the LM head runs on that position only): the logit
+   difference answer - wrong (default), the answer's log-prob, or a callable
+   `fn(last_logits [rows, vocab], pairs) -> [rows]`. Normalised (default) per pair as
+   (patched - base) / (donor - base): 0 = the patch changes nothing, 1 = it restores the donor's
+   value fully (denoising: (patched - corrupt) / (clean - corrupt)); pairs whose donor and base
+   values differ by less than `min_gap` are left out of the normalised numbers (counted in
+   `excluded_pairs`).
+4. Per cell: the mean over the pairs that have it and a percentile bootstrap CI over pairs.
+
+Not done: reusing the KV cache of the unpatched prefix. A row that patches position p could start
+from the base run's cache up to p, but rows of one chunk patch different positions and the cached
+prefix would have to be cropped and batched per position group; every position is recomputed
+instead (exact, and what the naive loop does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import InvalidInputError
+from ..types import Site
+from .cells import GRID_SITES, CellPatch, Cells, check_sites
+from .pairs import PatchPair
+
+DIRECTIONS = ("denoising", "noising")
+METRICS = ("logit_diff", "logprob")
+
+
+@dataclass
+class PatchingConfig:
+    sites: tuple[str, ...] = ("resid_pre",)
+    direction: str = "denoising"
+    metric: str | Callable = "logit_diff"
+    normalize: bool = True
+    max_batch: int | None = None  # rows per forward; default: about 16k tokens per pass
+    min_gap: float = 1e-6
+    n_boot: int = 1000
+    seed: int = 0
+
+    def __post_init__(self):
+        self.sites = check_sites(self.sites if not isinstance(self.sites, str) else self.sites.split(","))
+        if self.direction not in DIRECTIONS:
+            raise InvalidInputError(f"unknown direction {self.direction!r}; valid: {', '.join(DIRECTIONS)}")
+        if isinstance(self.metric, str) and self.metric not in METRICS:
+            raise InvalidInputError(f"unknown metric {self.metric!r}; valid: {', '.join(METRICS)} or a callable")
+        if self.max_batch is not None and self.max_batch < 1:
+            raise InvalidInputError("max_batch must be >= 1")
+
+
+@dataclass
+class SiteGrid:
+    site: str
+    kind: str
+    axes: list[str]  # e.g. ["layer", "position"]; positions are -T..-1
+    mean: list  # nested lists over `axes` (NaN where no pair has the cell)
+    lo: list
+    hi: list
+    n_pairs: list
+    per_pair: list  # [pair][...axes], NaN where the pair lacks the cell
+    positions: list[int] | None = None
+    kv_query_heads: list[list[int]] | None = None  # k/v: the query heads each key-value head feeds
+
+
+@dataclass
+class PatchingResult:
+    model: str
+    direction: str
+    metric: str
+    normalized: bool
+    sites: dict  # grid site -> SiteGrid
+    n_pairs: int
+    pair_lengths: list[int]
+    base_value: list[float]  # per pair, the unpatched base run's raw metric
+    donor_value: list[float]  # per pair, the donor run's raw metric
+    excluded_pairs: list[int]  # pairs left out of the normalised numbers (donor ~ base)
+    tokens: dict  # {"clean": [[str per position]], "corrupt": [...]} per pair, end-aligned
+    n_forward: int  # patched forward passes (chunks) run
+    n_rows: int  # (pair, cell) rows evaluated
+    config: dict
+    provenance: dict = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_frame(self):
+        """One row per (site, cell): the axes' values, mean, lo, hi, n_pairs."""
+        import pandas as pd
+
+        recs = []
+        for name, g in self.sites.items():
+            g = g if isinstance(g, SiteGrid) else SiteGrid(**g)
+            mean, lo, hi, n = (np.asarray(x, dtype=float) for x in (g.mean, g.lo, g.hi, g.n_pairs))
+            for idx in np.ndindex(mean.shape):
+                rec = {"model": self.model, "site": name, "metric": self.metric, "normalized": self.normalized}
+                for ax, i in zip(g.axes, idx):
+                    rec[ax] = g.positions[i] if ax == "position" else i
+                rec.update(mean=mean[idx], lo=lo[idx], hi=hi[idx], n_pairs=int(n[idx]))
+                recs.append(rec)
+        return pd.DataFrame.from_records(recs)
+
+
+def _shape(model, site: str, T: int) -> tuple[int, ...]:
+    spec = model.spec
+    axes = GRID_SITES[site][1]
+    size = {"layer": spec.n_layers, "position": T, "head": spec.n_heads, "kv_head": spec.n_kv_heads}
+    return tuple(size[a] for a in axes)
+
+
+def _enumerate(model, site: str, lengths: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
+    """(pair, cell index tuples [n, len(axes)]) of every row of `site`; position axis index i is
+    position i - T (k = T - i)."""
+    shape = _shape(model, site, T)
+    axes = GRID_SITES[site][1]
+    grid = np.stack(np.meshgrid(*[np.arange(s) for s in shape], indexing="ij"), -1).reshape(-1, len(shape))
+    pairs, cells = [], []
+    for p, n in enumerate(lengths):
+        ok = np.ones(len(grid), dtype=bool)
+        if "position" in axes:
+            ok = T - grid[:, axes.index("position")] <= n
+        pairs.append(np.full(int(ok.sum()), p))
+        cells.append(grid[ok])
+    return np.concatenate(pairs), np.concatenate(cells)
+
+
+def _metric(config, logits: torch.Tensor, pairs: Sequence[PatchPair]) -> np.ndarray:
+    """Raw metric per row from last-position logits [rows, vocab]."""
+    logits = logits.float()
+    if callable(config.metric):
+        v = np.asarray(torch.as_tensor(config.metric(logits, list(pairs))).detach().cpu().float(), dtype=float)
+        if v.shape != (len(pairs),):
+            raise InvalidInputError(f"the metric callable must return one number per row ({len(pairs)}), "
+                                    f"got shape {v.shape}")
+        return v
+    a = torch.tensor([p.answer for p in pairs], device=logits.device)
+    if config.metric == "logprob":
+        return torch.log_softmax(logits, -1).gather(1, a[:, None])[:, 0].cpu().numpy().astype(float)
+    w = torch.tensor([p.wrong for p in pairs], device=logits.device)
+    return (logits.gather(1, a[:, None]) - logits.gather(1, w[:, None]))[:, 0].cpu().numpy().astype(float)
+
+
+def _donor_cache(model, donor_batch, sites: tuple[str, ...]) -> dict[str, dict[int, torch.Tensor]]:
+    """The donor run's activations of every kind the grid needs: {kind: {layer: [P, T, ...]}}, plus its logits."""
+    from ..hooks.capture import Capture
+
+    kinds = sorted({GRID_SITES[s][0].value for s in sites})
+    cap_sites = [Site(l, k) for k in kinds for l in range(model.spec.n_layers)]
+    cap = Capture(cap_sites)
+    with model.intervene(cap):
+        last = model.forward(donor_batch, last_only=True)[:, -1]
+    return {k: {l: cap[Site(l, k)] for l in range(model.spec.n_layers)} for k in kinds}, last
+
+
+def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | None = None,
+                 progress: Callable[[int], None] | None = None) -> PatchingResult:
+    """Patch every cell of every `config.sites` grid (see the module docstring)."""
+    from .. import stats
+    from ..provenance import provenance
+
+    config = config or PatchingConfig()
+    pairs = list(pairs)
+    if not pairs:
+        raise InvalidInputError("no clean/corrupt pairs to patch")
+    if not model.spec.causal:
+        raise InvalidInputError(f"{model.spec.architecture} is an encoder: patching compares next-token logits")
+    spec = model.spec
+    for p in pairs:
+        for t in (p.answer, p.wrong):
+            if not 0 <= t < spec.d_vocab:
+                raise InvalidInputError(f"{p.source}: token id {t} is outside the vocabulary 0..{spec.d_vocab - 1}")
+    denoise = config.direction == "denoising"
+    base_seqs = [p.corrupt if denoise else p.clean for p in pairs]
+    donor_seqs = [p.clean if denoise else p.corrupt for p in pairs]
+    lengths = np.array([p.n for p in pairs])
+    T = int(lengths.max())
+    donor_batch = model.pad(donor_seqs)
+    with torch.no_grad():
+        donor, donor_last = _donor_cache(model, donor_batch, config.sites)
+        base_last = model.forward(model.pad(base_seqs), last_only=True)[:, -1]
+    donor_value, base_value = _metric(config, donor_last, pairs), _metric(config, base_last, pairs)
+    gap = donor_value - base_value
+    excluded = [i for i, g in enumerate(gap) if abs(g) < config.min_gap] if config.normalize else []
+
+    max_batch = config.max_batch or max(1, 16384 // T)
+    n_forward = n_rows = 0
+    grids = {}
+    for site in config.sites:
+        kind, axes = GRID_SITES[site]
+        row_pair, row_cell = _enumerate(model, site, lengths, T)
+        order = np.argsort(lengths[row_pair], kind="stable")
+        row_pair, row_cell = row_pair[order], row_cell[order]
+        raw = np.full(len(row_pair), np.nan)
+        for c0 in range(0, len(row_pair), max_batch):
+            sl = slice(c0, c0 + max_batch)
+            rp, rc = row_pair[sl], row_cell[sl]
+            batch = model.pad([base_seqs[i] for i in rp])
+            ax = {a: torch.as_tensor(rc[:, i], dtype=torch.long) for i, a in enumerate(axes)}
+            n = len(rp)
+            cells = Cells(row=torch.arange(n), layer=ax["layer"],
+                          k=(T - ax["position"]) if "position" in ax else torch.zeros(n, dtype=torch.long),
+                          head=ax.get("head", ax.get("kv_head", torch.full((n,), -1, dtype=torch.long))),
+                          pair=torch.as_tensor(rp, dtype=torch.long))
+            with torch.no_grad(), model.intervene(CellPatch(kind, cells, donor[kind.value])):
+                last = model.forward(batch, last_only=True)[:, -1]
+            raw[sl] = _metric(config, last, [pairs[i] for i in rp])
+            n_forward += 1
+            if progress is not None:
+                progress(n)
+        n_rows += len(row_pair)
+        value = (raw - base_value[row_pair]) / np.where(np.abs(gap[row_pair]) < config.min_gap, np.nan,
+                                                        gap[row_pair]) if config.normalize else raw
+        shape = _shape(model, site, T)
+        per_pair = np.full((len(pairs),) + shape, np.nan)
+        per_pair[(row_pair,) + tuple(row_cell.T)] = value
+        est = stats.column_mean_ci(per_pair.reshape(len(pairs), -1), n_boot=config.n_boot, seed=config.seed)
+        grids[site] = SiteGrid(
+            site=site, kind=kind.value, axes=list(axes), mean=_nested(est.mean, shape), lo=_nested(est.lo, shape),
+            hi=_nested(est.hi, shape), n_pairs=est.n.reshape(shape).tolist(), per_pair=_nested(per_pair, per_pair.shape),
+            positions=list(range(-T, 0)) if "position" in axes else None,
+            kv_query_heads=[[h for h in range(spec.n_heads) if spec.kv_head_of(h) == kv] for kv in range(spec.n_kv_heads)]
+            if "kv_head" in axes else None)
+
+    tok = model.tokenizer
+
+    def words(seq):
+        return [""] * (T - len(seq)) + ([tok.decode([t]) for t in seq] if tok is not None else [str(t) for t in seq])
+
+    cfg = asdict(config)
+    cfg["metric"] = config.metric if isinstance(config.metric, str) else getattr(config.metric, "__name__", "callable")
+    cfg["max_batch"] = max_batch
+    return PatchingResult(
+        model=model.name, direction=config.direction, metric=cfg["metric"], normalized=config.normalize,
+        sites=grids, n_pairs=len(pairs), pair_lengths=lengths.tolist(), base_value=base_value.tolist(),
+        donor_value=donor_value.tolist(), excluded_pairs=excluded,
+        tokens={"clean": [words(p.clean) for p in pairs], "corrupt": [words(p.corrupt) for p in pairs]},
+        n_forward=n_forward, n_rows=n_rows, config=cfg, provenance=provenance(model),
+        sources=[p.source for p in pairs])
+
+
+def _nested(a: np.ndarray, shape) -> list:
+    """NaN-safe nested lists (NaN -> None, so the JSON is valid)."""
+    a = np.asarray(a, dtype=float).reshape(shape)
+    return np.where(np.isnan(a), None, np.round(a, 8)).tolist()
