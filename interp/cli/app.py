@@ -87,12 +87,14 @@ def info(model: Optional[str] = ModelOpt, as_json: bool = JsonOpt,
 
 def _register_analyses():
     from . import head_cmds  # noqa: F401  (adds `detect induction` and `detect copy-suppression` to detect_app)
+    from .patch_cmds import patch
     from .retrieval_cmds import ablate, detect_app
     from .rope_cmds import rope_profile, rope_zero
     from .store_cmds import cache, probe
 
     app.add_typer(detect_app, name="detect")
     app.command("ablate")(ablate)
+    app.command("patch")(patch)
     app.command("rope-zero")(rope_zero)
     app.command("rope-profile")(rope_profile)
     app.command("cache")(cache)

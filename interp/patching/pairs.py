@@ -23,6 +23,7 @@ class PatchPair:
     wrong: int  # token id it compares against (the corrupt prompt's next token)
     source: str = ""  # "file:line" or a generator id
     info: dict | None = None  # e.g. {"needle_value_position": -37}
+    anchor: int | None = None  # a token index (0-based) positions can be aligned on, e.g. the needle value
 
     def __post_init__(self):
         if len(self.clean) != len(self.corrupt):
@@ -30,6 +31,9 @@ class PatchPair:
                                     f"corrupt prompt {len(self.corrupt)}; a pair must tokenise to the same length")
         if len(self.clean) < 1:
             raise InvalidInputError(f"{self.source or 'pair'}: empty prompt")
+        if self.anchor is not None and not 0 <= self.anchor < len(self.clean):
+            raise InvalidInputError(f"{self.source or 'pair'}: anchor {self.anchor} is outside the prompt "
+                                    f"(0..{len(self.clean) - 1})")
 
     @property
     def n(self) -> int:
@@ -108,7 +112,7 @@ def niah_pairs(tokenizer, niah_config, seed: int = 0) -> list[PatchPair]:
             corrupt[i] = other
         pairs.append(PatchPair(list(s.input_ids), corrupt, s.answer_ids[0], other, f"niah:{s.id}",
                                {"needle_value_position": where[-1] - len(s.input_ids),
-                                "needle_span": [a - len(s.input_ids), b - len(s.input_ids)]}))
+                                "needle_span": [a - len(s.input_ids), b - len(s.input_ids)]}, anchor=where[-1]))
     return pairs
 
 
@@ -143,5 +147,5 @@ def repeated_pairs(model, length: int = 20, n: int = 16, seed: int = 0, tokens="
         corrupt = list(clean)
         corrupt[p + j] = x
         pairs.append(PatchPair(clean, corrupt, ids[p + j], x, f"repeated:{seed}:{r}",
-                               {"corrupted_position": p + j - len(clean)}))
+                               {"corrupted_position": p + j - len(clean)}, anchor=p + j))
     return pairs

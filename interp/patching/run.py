@@ -37,6 +37,7 @@ from .cells import GRID_SITES, CellPatch, Cells, check_sites
 from .pairs import PatchPair
 
 DIRECTIONS = ("denoising", "noising")
+ALIGNS = ("end", "anchor")
 METRICS = ("logit_diff", "logprob")
 
 
@@ -47,6 +48,8 @@ class PatchingConfig:
     metric: str | Callable = "logit_diff"
     normalize: bool = True
     max_batch: int | None = None  # rows per forward; default: about 16k tokens per pass
+    align: str = "end"  # position axis: "end" (-1 = last token) or "anchor" (0 = each pair's anchor token)
+    positions: tuple[int, ...] | None = None  # only these labels of the position axis (default: all)
     min_gap: float = 1e-6
     n_boot: int = 1000
     seed: int = 0
@@ -57,6 +60,8 @@ class PatchingConfig:
             raise InvalidInputError(f"unknown direction {self.direction!r}; valid: {', '.join(DIRECTIONS)}")
         if isinstance(self.metric, str) and self.metric not in METRICS:
             raise InvalidInputError(f"unknown metric {self.metric!r}; valid: {', '.join(METRICS)} or a callable")
+        if self.align not in ALIGNS:
+            raise InvalidInputError(f"unknown alignment {self.align!r}; valid: {', '.join(ALIGNS)}")
         if self.max_batch is not None and self.max_batch < 1:
             raise InvalidInputError("max_batch must be >= 1")
 
@@ -65,7 +70,7 @@ class PatchingConfig:
 class SiteGrid:
     site: str
     kind: str
-    axes: list[str]  # e.g. ["layer", "position"]; positions are -T..-1
+    axes: list[str]  # e.g. ["layer", "position"]; `positions` labels the position axis
     mean: list  # nested lists over `axes` (NaN where no pair has the cell)
     lo: list
     hi: list
@@ -90,6 +95,7 @@ class PatchingResult:
     tokens: dict  # {"clean": [[str per position]], "corrupt": [...]} per pair, end-aligned
     n_forward: int  # patched forward passes (chunks) run
     n_rows: int  # (pair, cell) rows evaluated
+    align: str  # "end": position -1 = the last token; "anchor": position 0 = each pair's anchor token
     config: dict
     provenance: dict = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
@@ -114,27 +120,37 @@ class PatchingResult:
         return pd.DataFrame.from_records(recs)
 
 
-def _shape(model, site: str, T: int) -> tuple[int, ...]:
+def _shape(model, site: str, n_pos: int) -> tuple[int, ...]:
     spec = model.spec
     axes = GRID_SITES[site][1]
-    size = {"layer": spec.n_layers, "position": T, "head": spec.n_heads, "kv_head": spec.n_kv_heads}
+    size = {"layer": spec.n_layers, "position": n_pos, "head": spec.n_heads, "kv_head": spec.n_kv_heads}
     return tuple(size[a] for a in axes)
 
 
-def _enumerate(model, site: str, lengths: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
-    """(pair, cell index tuples [n, len(axes)]) of every row of `site`; position axis index i is
-    position i - T (k = T - i)."""
-    shape = _shape(model, site, T)
+def position_axis(lengths: np.ndarray, anchors: np.ndarray) -> np.ndarray:
+    """Labels of the position axis: offsets from each pair's anchor that some pair has. End alignment
+    uses anchor = length, so the labels are -T..-1 (-1 = the last token)."""
+    return np.arange(int((-anchors).min()), int((lengths - anchors).max()))
+
+
+def _enumerate(model, site: str, lengths: np.ndarray, anchors: np.ndarray, labels: np.ndarray):
+    """(pair, cell index tuples [n, len(axes)], k = tokens from the end of the pair's prompt, 0 for
+    all-position cells) of every row of `site`."""
+    shape = _shape(model, site, len(labels))
     axes = GRID_SITES[site][1]
     grid = np.stack(np.meshgrid(*[np.arange(s) for s in shape], indexing="ij"), -1).reshape(-1, len(shape))
-    pairs, cells = [], []
-    for p, n in enumerate(lengths):
-        ok = np.ones(len(grid), dtype=bool)
+    pairs, cells, ks = [], [], []
+    for p, (n, a) in enumerate(zip(lengths, anchors)):
         if "position" in axes:
-            ok = T - grid[:, axes.index("position")] <= n
+            pos = a + labels[grid[:, axes.index("position")]]  # the cell's token index in this pair
+            ok = (pos >= 0) & (pos < n)
+            ks.append((n - pos)[ok])
+        else:
+            ok = np.ones(len(grid), dtype=bool)
+            ks.append(np.zeros(int(ok.sum()), dtype=int))
         pairs.append(np.full(int(ok.sum()), p))
         cells.append(grid[ok])
-    return np.concatenate(pairs), np.concatenate(cells)
+    return np.concatenate(pairs), np.concatenate(cells), np.concatenate(ks)
 
 
 def _metric(config, logits: torch.Tensor, pairs: Sequence[PatchPair]) -> np.ndarray:
@@ -187,6 +203,21 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
     donor_seqs = [p.clean if denoise else p.corrupt for p in pairs]
     lengths = np.array([p.n for p in pairs])
     T = int(lengths.max())
+    if config.align == "anchor":
+        missing = [p.source or str(i) for i, p in enumerate(pairs) if p.anchor is None]
+        if missing:
+            raise InvalidInputError(f"align='anchor' needs an anchor token in every pair; missing in {missing[:3]}")
+        anchors = np.array([p.anchor for p in pairs])
+    else:
+        anchors = lengths
+    labels = position_axis(lengths, anchors)
+    if config.positions is not None:
+        want = sorted(set(int(x) for x in config.positions))
+        bad = [x for x in want if x not in set(labels.tolist())]
+        if bad or not want:
+            raise InvalidInputError(f"positions {bad or want} are not on the position axis {int(labels[0])}.."
+                                    f"{int(labels[-1])} ({config.align}-aligned)")
+        labels = np.array(want)
     donor_batch = model.pad(donor_seqs)
     with torch.no_grad():
         donor, donor_last = _donor_cache(model, donor_batch, config.sites)
@@ -200,9 +231,9 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
     grids = {}
     for site in config.sites:
         kind, axes = GRID_SITES[site]
-        row_pair, row_cell = _enumerate(model, site, lengths, T)
+        row_pair, row_cell, row_k = _enumerate(model, site, lengths, anchors, labels)
         order = np.argsort(lengths[row_pair], kind="stable")
-        row_pair, row_cell = row_pair[order], row_cell[order]
+        row_pair, row_cell, row_k = row_pair[order], row_cell[order], row_k[order]
         raw = np.full(len(row_pair), np.nan)
         for c0 in range(0, len(row_pair), max_batch):
             sl = slice(c0, c0 + max_batch)
@@ -210,8 +241,7 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
             batch = model.pad([base_seqs[i] for i in rp])
             ax = {a: torch.as_tensor(rc[:, i], dtype=torch.long) for i, a in enumerate(axes)}
             n = len(rp)
-            cells = Cells(row=torch.arange(n), layer=ax["layer"],
-                          k=(T - ax["position"]) if "position" in ax else torch.zeros(n, dtype=torch.long),
+            cells = Cells(row=torch.arange(n), layer=ax["layer"], k=torch.as_tensor(row_k[sl], dtype=torch.long),
                           head=ax.get("head", ax.get("kv_head", torch.full((n,), -1, dtype=torch.long))),
                           pair=torch.as_tensor(rp, dtype=torch.long))
             with torch.no_grad(), model.intervene(CellPatch(kind, cells, donor[kind.value])):
@@ -223,21 +253,23 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
         n_rows += len(row_pair)
         value = (raw - base_value[row_pair]) / np.where(np.abs(gap[row_pair]) < config.min_gap, np.nan,
                                                         gap[row_pair]) if config.normalize else raw
-        shape = _shape(model, site, T)
+        shape = _shape(model, site, len(labels))
         per_pair = np.full((len(pairs),) + shape, np.nan)
         per_pair[(row_pair,) + tuple(row_cell.T)] = value
         est = stats.column_mean_ci(per_pair.reshape(len(pairs), -1), n_boot=config.n_boot, seed=config.seed)
         grids[site] = SiteGrid(
             site=site, kind=kind.value, axes=list(axes), mean=_nested(est.mean, shape), lo=_nested(est.lo, shape),
             hi=_nested(est.hi, shape), n_pairs=est.n.reshape(shape).tolist(), per_pair=_nested(per_pair, per_pair.shape),
-            positions=list(range(-T, 0)) if "position" in axes else None,
+            positions=labels.tolist() if "position" in axes else None,
             kv_query_heads=[[h for h in range(spec.n_heads) if spec.kv_head_of(h) == kv] for kv in range(spec.n_kv_heads)]
             if "kv_head" in axes else None)
 
     tok = model.tokenizer
 
-    def words(seq):
-        return [""] * (T - len(seq)) + ([tok.decode([t]) for t in seq] if tok is not None else [str(t) for t in seq])
+    def words(seq, anchor):
+        """The pair's token at every label of the position axis ("" where it has none)."""
+        pos = anchor + labels
+        return [(tok.decode([seq[i]]) if tok is not None else str(seq[i])) if 0 <= i < len(seq) else "" for i in pos]
 
     cfg = asdict(config)
     cfg["metric"] = config.metric if isinstance(config.metric, str) else getattr(config.metric, "__name__", "callable")
@@ -246,7 +278,8 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
         model=model.name, direction=config.direction, metric=cfg["metric"], normalized=config.normalize,
         sites=grids, n_pairs=len(pairs), pair_lengths=lengths.tolist(), base_value=base_value.tolist(),
         donor_value=donor_value.tolist(), excluded_pairs=excluded,
-        tokens={"clean": [words(p.clean) for p in pairs], "corrupt": [words(p.corrupt) for p in pairs]},
+        tokens={"clean": [words(p.clean, a) for p, a in zip(pairs, anchors)],
+                "corrupt": [words(p.corrupt, a) for p, a in zip(pairs, anchors)]}, align=config.align,
         n_forward=n_forward, n_rows=n_rows, config=cfg, provenance=provenance(model),
         sources=[p.source for p in pairs])
 

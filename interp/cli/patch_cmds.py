@@ -1,0 +1,127 @@
+"""`interp patch`: activation patching grids from a pairs file or a built-in task."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import InvalidInputError
+from .common import out_dir, parse_ints, progress_bar, write_json, write_table
+from .retrieval_cmds import DEVICE, DTYPE, JSON, MODEL, OUT, _model
+
+TASKS = ("niah", "repeated")
+
+
+def _pairs(m, pairs_file, task, lengths, depths, seeds, copy_length, seed):
+    from ..patching import niah_pairs, read_pairs, repeated_pairs
+    from .common import niah_config
+
+    if pairs_file is not None and task is not None:
+        raise InvalidInputError("give --pairs FILE or --task, not both")
+    if pairs_file is not None:
+        return read_pairs(pairs_file, m.tokenizer)
+    task = task or "niah"
+    if task not in TASKS:
+        raise InvalidInputError(f"--task {task!r}: valid built-in tasks are {', '.join(TASKS)} (or --pairs FILE)")
+    if task == "niah":
+        if m.tokenizer is None:
+            raise InvalidInputError("the niah task needs a tokenizer: this model was loaded without one")
+        return niah_pairs(m.tokenizer, niah_config(lengths, depths, seeds, None, None, "\\n", None), seed)
+    return repeated_pairs(m, length=copy_length, n=seeds, seed=seed)
+
+
+def patch(model: Optional[str] = MODEL,
+          pairs: Optional[str] = typer.Option(None, "--pairs", help='JSONL: {"clean": ..., "corrupt": ..., "answer": '
+                                              '" X", "wrong": " Y"} per line; clean and corrupt of a pair must '
+                                              "tokenise to the same length."),
+          task: Optional[str] = typer.Option(None, "--task", help="Built-in pairs instead of --pairs: niah (needle "
+                                             "value replaced; the default) | repeated (first copy corrupted at one "
+                                             "position: induction)."),
+          site: str = typer.Option("resid_pre", "--site", help="Comma-separated: resid_pre, resid_post, attn_out, "
+                                   "mlp_out (layer x position); head_out (layer x head, all positions); "
+                                   "head_out_by_pos (layer x position x head); q (query heads); k, v (key-value "
+                                   "heads)."),
+          direction: str = typer.Option("denoising", "--direction", help="denoising (clean into corrupt) | noising "
+                                        "(corrupt into clean)."),
+          metric: str = typer.Option("logit_diff", "--metric", help="logit_diff (answer - wrong) | logprob (answer)."),
+          raw: bool = typer.Option(False, "--raw", help="Report the raw metric, not (patched - base) / (donor - base)."),
+          align: str = typer.Option("end", "--align", help="Position axis: end (-1 = last token) | anchor (0 = each "
+                                    "pair's anchor: the needle value (niah), the corrupted token (repeated))."),
+          positions: Optional[str] = typer.Option(None, "--positions", help="Only these positions of the axis, e.g. "
+                                                  "-1 or -3,-2,-1 (default: all)."),
+          max_batch: Optional[int] = typer.Option(None, "--max-batch", help="(pair, cell) rows per forward pass "
+                                                  "(default: about 16k tokens per pass)."),
+          lengths: str = typer.Option("256", "--lengths", help="niah: context lengths."),
+          depths: str = typer.Option("0.25,0.5,0.75", "--depths", help="niah: needle depths."),
+          seeds: int = typer.Option(3, "--seeds", help="niah: seeds per (length, depth); repeated: sequences."),
+          copy_length: int = typer.Option(20, "--copy-length", help="repeated: tokens per copy."),
+          seed: int = typer.Option(0, "--seed", help="Seed of the built-in pairs and the bootstrap."),
+          n_boot: int = typer.Option(1000, "--n-boot", help="Bootstrap resamples (over pairs) per cell."),
+          device: Optional[str] = DEVICE, dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
+          as_json: bool = JSON, csv: bool = typer.Option(False, "--csv", help="Print the tidy table on stdout.")):
+    """Activation patching: every cell of the grid, many cells per forward pass (equal to one pass per cell)."""
+    from ..patching import PatchingConfig, run_patching
+    from ..plotting import write_html
+    from ..plotting_patching import patching_heatmaps
+
+    cfg = PatchingConfig(sites=tuple(site.split(",")), direction=direction, metric=metric, normalize=not raw,
+                         max_batch=max_batch, align=align, n_boot=n_boot, seed=seed,
+                         positions=None if positions is None else parse_ints(positions, "--positions"))
+    m = _model(model, device, dtype)
+    ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed)
+    if out is not None and Path(out).exists() and not Path(out).is_dir():
+        raise InvalidInputError(f"--out {out} exists and is not a directory")
+    prog, advance = progress_bar(None, "patching rows")
+    with prog:
+        res = run_patching(m, ps, cfg, progress=advance)
+    o = out_dir(out, "patch", m.name)
+    tmp = o / ".partial"
+    tmp.mkdir(exist_ok=True)
+    d = res.to_dict()
+    write_json(d, tmp / "patching.json")
+    write_table(res, tmp / "patching.csv")
+    with open(tmp / "pairs.jsonl", "w") as f:
+        for p in ps:
+            f.write(json.dumps({"source": p.source, "clean_ids": p.clean, "corrupt_ids": p.corrupt, "answer": p.answer,
+                                "wrong": p.wrong, "anchor": p.anchor, "info": p.info}) + "\n")
+    for stem, fig in patching_heatmaps(d).items():
+        write_html(fig, tmp / f"{stem}.html")
+    for f in tmp.iterdir():  # results appear together, after everything was computed
+        f.replace(o / f.name)
+    shutil.rmtree(tmp, ignore_errors=True)
+    if as_json:
+        typer.echo(json.dumps(d))
+    elif csv:
+        write_table(res, o / "patching.csv", echo=True)
+    else:
+        _print(d, o)
+
+
+def _print(d: dict, out) -> None:
+    import numpy as np
+    from rich.console import Console
+
+    c = Console(stderr=True)
+    c.print(f"[bold]{d['model']}[/]: {d['direction']} patching, {d['n_pairs']} pairs, {d['n_rows']} (pair, cell) rows "
+            f"in {d['n_forward']} forward passes; {'normalised ' if d['normalized'] else ''}{d['metric']}")
+    base, donor = np.mean(d["base_value"]), np.mean(d["donor_value"])
+    c.print(f"unpatched {d['metric']}: base {base:+.3f}, donor {donor:+.3f}"
+            + (f"; {len(d['excluded_pairs'])} pairs with donor ~ base left out" if d["excluded_pairs"] else ""))
+    for name, g in d["sites"].items():
+        z = np.array([np.nan if v is None else v for v in np.ravel(np.array(g["mean"], dtype=object))], dtype=float)
+        shape = np.array(g["mean"], dtype=object).shape
+        top = np.argsort(-np.nan_to_num(z, nan=-np.inf))[:5]
+        cells = []
+        for i in top:
+            idx = np.unravel_index(i, shape)
+            lab = []
+            for ax, j in zip(g["axes"], idx):
+                lab.append(f"L{j}" if ax == "layer" else f"pos {g['positions'][j]}" if ax == "position"
+                           else f"KV{j}" if ax == "kv_head" else f"H{j}")
+            cells.append(f"{' '.join(lab)}: {z[i]:+.3f}")
+        c.print(f"{name} top cells: " + "; ".join(cells))
+    c.print(f"written to {out}/")

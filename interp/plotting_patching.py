@@ -1,0 +1,62 @@
+"""Figures of activation patching: one heatmap per grid site. Reads result dicts (as written to JSON)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+
+def _nan(grid):
+    if isinstance(grid, list):
+        return [_nan(x) for x in grid]
+    return math.nan if grid is None else grid
+
+
+def _position_labels(result: dict, positions: list[int]) -> list[str]:
+    """'-3 the', '0 Oscar': each label with the clean token most pairs have there (the `tokens` lists
+    are indexed like the position axis of every per-position site)."""
+    toks = result["tokens"]["clean"]
+    out = []
+    for i, p in enumerate(positions):
+        words = [t[i] for t in toks if i < len(t) and t[i]]
+        w = Counter(words).most_common(1)[0][0] if words else ""
+        out.append(f"{p} {w.strip() or repr(w)}" if words else str(p))
+    return out
+
+
+def patching_heatmaps(result: dict) -> dict:
+    """{file stem: figure}: layer x position (token labels), layer x head, and per position x head for
+    head_out_by_pos (one panel per position when there are few); diverging scale centred at 0, fixed
+    to [-1, 1] for the normalised metric."""
+    import plotly.graph_objects as go
+
+    figs = {}
+    norm = result["normalized"]
+    rng = {"zmin": -1, "zmax": 1} if norm else {}
+    what = (f"normalised {result['metric']} ((patched - base) / (donor - base))" if norm else result["metric"])
+    for name, g in result["sites"].items():
+        z = _nan(g["mean"])
+        axes = g["axes"]
+        title = f"{result['direction']} patching of {name}, {result['model']}: {what}, mean over {result['n_pairs']} pairs"
+        if axes == ["layer", "position"]:
+            x = _position_labels(result, g["positions"])
+            fig = go.Figure(go.Heatmap(z=z, x=x, colorscale="RdBu", zmid=0, **rng, colorbar={"title": "effect"},
+                                       hovertemplate="layer %{y}, position %{x}: %{z:.3f}<extra></extra>"))
+            fig.update_layout(xaxis_title=f"position ({result['align']}-aligned) and clean token", yaxis_title="layer")
+        elif axes in (["layer", "head"], ["layer", "kv_head"]):
+            fig = go.Figure(go.Heatmap(z=z, colorscale="RdBu", zmid=0, **rng, colorbar={"title": "effect"},
+                                       hovertemplate="layer %{y} head %{x}: %{z:.3f}<extra></extra>"))
+            fig.update_layout(xaxis_title="key-value head" if axes[1] == "kv_head" else "query head",
+                              yaxis_title="layer")
+        else:  # layer x position x head: heads of every layer side by side, positions down
+            L, P = len(z), len(z[0])
+            H = len(z[0][0])
+            flat = [[z[l][p][h] for l in range(L) for h in range(H)] for p in range(P)]
+            fig = go.Figure(go.Heatmap(z=flat, x=[f"L{l}H{h}" for l in range(L) for h in range(H)],
+                                       y=_position_labels(result, g["positions"]), colorscale="RdBu", zmid=0, **rng,
+                                       colorbar={"title": "effect"},
+                                       hovertemplate="%{x}, position %{y}: %{z:.3f}<extra></extra>"))
+            fig.update_layout(xaxis_title="head", yaxis_title="position")
+        fig.update_layout(title=title)
+        figs[f"patching_{name}"] = fig
+    return figs
