@@ -183,6 +183,21 @@ class Model:
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
 
     @torch.no_grad()
+    def forward_cached(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache,
+                       last_only: bool = True) -> torch.Tensor:
+        """Continue from a KV cache of the first `cache.get_seq_length()` tokens: `input_ids` [b, s] are
+        the following tokens, `attention_mask` [b, prefix + s] covers both. Logits of the new tokens
+        ([b, 1, vocab] with last_only). Interventions active around the call see only the new tokens."""
+        if not self.spec.causal:
+            raise InvalidInputError(f"{self.spec.architecture} is an encoder; it has no KV cache")
+        pos = position_ids_from_mask(attention_mask)[:, -input_ids.shape[1]:]
+        kw = {"logits_to_keep": 1} if last_only else {}
+        self._state.batch_start = 0
+        out = self.hf(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=True,
+                      **{self._cache_kw: cache}, **kw)
+        return out.logits[:, -1:] if last_only else out.logits
+
+    @torch.no_grad()
     def greedy_decode(self, inputs, max_new_tokens: int, attention_mask=None, on_step=None,
                       decode_interventions: Sequence = ()) -> torch.Tensor:
         """Greedy continuation with a KV cache: prefill, then one token per step. Returns [batch, new].

@@ -102,9 +102,14 @@ def test_batched_sweep_equals_naive_loop(family, gqa):
     model = interp.Model(tiny_random_hf(family, gqa=gqa, seed=0))
     pairs = _pairs()
     res = run_patching(model, pairs, PatchingConfig(sites=tuple(GRID_SITES), normalize=False, max_batch=13))
+    whole = run_patching(model, pairs, PatchingConfig(sites=tuple(GRID_SITES), normalize=False, max_batch=13,
+                                                      reuse_prefix=False))
     assert res.n_forward > len(GRID_SITES)  # several chunks per site
+    assert res.n_prefix_rows > 0 and whole.n_prefix_rows == 0 and res.tokens_computed < whole.tokens_computed
     for site in GRID_SITES:
         want = naive(model, pairs, site)
+        np.testing.assert_allclose(np.array(whole.sites[site].per_pair, dtype=float),
+                                   np.array(res.sites[site].per_pair, dtype=float), atol=TOL)
         got = np.array(res.sites[site].per_pair, dtype=float)
         assert np.isnan(got).sum() == got.size - len(want)  # exactly the cells a pair lacks are empty
         diffs = [abs(got[k] - v) for k, v in want.items()]

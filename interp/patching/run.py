@@ -17,10 +17,13 @@ the roles of the two prompts):
    `excluded_pairs`).
 4. Per cell: the mean over the pairs that have it and a percentile bootstrap CI over pairs.
 
-Not done: reusing the KV cache of the unpatched prefix. A row that patches position p could start
-from the base run's cache up to p, but rows of one chunk patch different positions and the cached
-prefix would have to be cropped and batched per position group; every position is recomputed
-instead (exact, and what the naive loop does).
+Reuse of the unpatched prefix (`reuse_prefix`, default on): a row that patches position p (the
+per-position sites: resid_*, attn_out, mlp_out, head_out_by_pos) leaves every earlier position of
+every layer as in the base run (attention is causal). Such rows are grouped by (prompt length, p);
+each group starts from the base run's keys and values of positions < p (captured once, post-RoPE,
+what the KV cache holds) and computes positions p.. only. Exact up to float rounding (the
+equality tests run with it on and off). All-position cells (head_out, q, k, v) change position 0
+already, so they run whole.
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ class PatchingConfig:
     direction: str = "denoising"
     metric: str | Callable = "logit_diff"
     normalize: bool = True
-    max_batch: int | None = None  # rows per forward; default: about 16k tokens per pass
+    max_batch: int | None = None  # rows per forward; default: about 2k tokens per pass on CPU, 16k on CUDA
+    reuse_prefix: bool = True  # per-position cells start from the base run's KV cache of earlier positions
     align: str = "end"  # position axis: "end" (-1 = last token) or "anchor" (0 = each pair's anchor token)
     positions: tuple[int, ...] | None = None  # only these labels of the position axis (default: all)
     min_gap: float = 1e-6
@@ -95,6 +99,8 @@ class PatchingResult:
     tokens: dict  # {"clean": [[str per position]], "corrupt": [...]} per pair, end-aligned
     n_forward: int  # patched forward passes (chunks) run
     n_rows: int  # (pair, cell) rows evaluated
+    n_prefix_rows: int  # rows that started from the base run's KV cache (reuse_prefix)
+    tokens_computed: int  # token positions run through the model in the patched passes (padding included)
     align: str  # "end": position -1 = the last token; "anchor": position 0 = each pair's anchor token
     config: dict
     provenance: dict = field(default_factory=dict)
@@ -219,15 +225,17 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
                                     f"{int(labels[-1])} ({config.align}-aligned)")
         labels = np.array(want)
     donor_batch = model.pad(donor_seqs)
+    reuse = config.reuse_prefix and any("position" in GRID_SITES[s][1] for s in config.sites)
     with torch.no_grad():
         donor, donor_last = _donor_cache(model, donor_batch, config.sites)
-        base_last = model.forward(model.pad(base_seqs), last_only=True)[:, -1]
+        base_kv, base_last = _donor_cache(model, model.pad(base_seqs), ("k", "v")) if reuse else (
+            None, model.forward(model.pad(base_seqs), last_only=True)[:, -1])
     donor_value, base_value = _metric(config, donor_last, pairs), _metric(config, base_last, pairs)
     gap = donor_value - base_value
     excluded = [i for i, g in enumerate(gap) if abs(g) < config.min_gap] if config.normalize else []
 
-    max_batch = config.max_batch or max(1, 16384 // T)
-    n_forward = n_rows = 0
+    budget = 16384 if model.device.type == "cuda" else 2048  # tokens per pass (CPU: cache-friendly batches)
+    n_forward = n_rows = n_prefix_rows = tokens = 0
     grids = {}
     for site in config.sites:
         kind, axes = GRID_SITES[site]
@@ -235,18 +243,28 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
         order = np.argsort(lengths[row_pair], kind="stable")
         row_pair, row_cell, row_k = row_pair[order], row_cell[order], row_k[order]
         raw = np.full(len(row_pair), np.nan)
-        for c0 in range(0, len(row_pair), max_batch):
-            sl = slice(c0, c0 + max_batch)
-            rp, rc = row_pair[sl], row_cell[sl]
-            batch = model.pad([base_seqs[i] for i in rp])
-            ax = {a: torch.as_tensor(rc[:, i], dtype=torch.long) for i, a in enumerate(axes)}
+        prefix = (lengths[row_pair] - row_k) if (reuse and "position" in axes) else np.zeros(len(row_pair), int)
+        for sel, p0 in _chunks(lengths[row_pair], prefix, config.max_batch, budget):
+            rp, rc = row_pair[sel], row_cell[sel]
             n = len(rp)
-            cells = Cells(row=torch.arange(n), layer=ax["layer"], k=torch.as_tensor(row_k[sl], dtype=torch.long),
+            ax = {a: torch.as_tensor(rc[:, i], dtype=torch.long) for i, a in enumerate(axes)}
+            cells = Cells(row=torch.arange(n), layer=ax["layer"], k=torch.as_tensor(row_k[sel], dtype=torch.long),
                           head=ax.get("head", ax.get("kv_head", torch.full((n,), -1, dtype=torch.long))),
                           pair=torch.as_tensor(rp, dtype=torch.long))
             with torch.no_grad(), model.intervene(CellPatch(kind, cells, donor[kind.value])):
-                last = model.forward(batch, last_only=True)[:, -1]
-            raw[sl] = _metric(config, last, [pairs[i] for i in rp])
+                if p0 > 0:  # every row of the chunk has this prompt length and patches position p0 first
+                    n_tok = int(lengths[rp[0]])
+                    cache = _prefix_cache(base_kv, rp, T - n_tok, p0, model.spec.n_layers)
+                    ids = torch.tensor([base_seqs[i][p0:] for i in rp], device=model.device)
+                    mask = torch.ones((n, n_tok), dtype=torch.long, device=model.device)
+                    last = model.forward_cached(ids, mask, cache)[:, -1]
+                    n_prefix_rows += n
+                    tokens += ids.numel()
+                else:
+                    b = model.pad([base_seqs[i] for i in rp])
+                    last = model.forward(b, last_only=True)[:, -1]
+                    tokens += b.input_ids.numel()
+            raw[sel] = _metric(config, last, [pairs[i] for i in rp])
             n_forward += 1
             if progress is not None:
                 progress(n)
@@ -273,15 +291,50 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
 
     cfg = asdict(config)
     cfg["metric"] = config.metric if isinstance(config.metric, str) else getattr(config.metric, "__name__", "callable")
-    cfg["max_batch"] = max_batch
+    cfg["tokens_per_pass"] = budget
     return PatchingResult(
         model=model.name, direction=config.direction, metric=cfg["metric"], normalized=config.normalize,
         sites=grids, n_pairs=len(pairs), pair_lengths=lengths.tolist(), base_value=base_value.tolist(),
         donor_value=donor_value.tolist(), excluded_pairs=excluded,
         tokens={"clean": [words(p.clean, a) for p, a in zip(pairs, anchors)],
                 "corrupt": [words(p.corrupt, a) for p, a in zip(pairs, anchors)]}, align=config.align,
-        n_forward=n_forward, n_rows=n_rows, config=cfg, provenance=provenance(model),
+        n_forward=n_forward, n_rows=n_rows, n_prefix_rows=n_prefix_rows, tokens_computed=tokens, config=cfg, provenance=provenance(model),
         sources=[p.source for p in pairs])
+
+
+def _chunks(lengths: np.ndarray, prefix: np.ndarray, max_batch: int | None, budget: int):
+    """(row indices, prefix) per forward pass. Rows with a reusable prefix (> 0) are grouped by
+    (prompt length, prefix); the rest run whole, sorted by length. Each chunk holds at most
+    `max_batch` rows, by default about `budget` computed tokens."""
+    out = []
+    whole = np.nonzero(prefix == 0)[0]
+    whole = whole[np.argsort(lengths[whole], kind="stable")]
+    if len(whole):
+        step = max_batch or max(1, budget // int(lengths[whole].max()))
+        out += [(whole[i:i + step], 0) for i in range(0, len(whole), step)]
+    reused = np.nonzero(prefix > 0)[0]
+    keys = {}
+    for i in reused:
+        keys.setdefault((int(lengths[i]), int(prefix[i])), []).append(i)
+    for (n, p0), idx in sorted(keys.items()):
+        idx = np.array(idx)
+        step = max_batch or max(1, budget // (n - p0))
+        out += [(idx[i:i + step], p0) for i in range(0, len(idx), step)]
+    return out
+
+
+def _prefix_cache(base_kv, pairs: np.ndarray, pad: int, p0: int, n_layers: int):
+    """A DynamicCache holding the base run's keys/values of positions 0..p0-1 of each row's pair
+    (rows all of one prompt length, left-padded by `pad` in the base batch)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    idx = torch.as_tensor(pairs, dtype=torch.long)
+    for l in range(n_layers):
+        k = base_kv["k"][l][idx, pad:pad + p0].transpose(1, 2)  # [rows, kv_heads, p0, head_dim]
+        v = base_kv["v"][l][idx, pad:pad + p0].transpose(1, 2)
+        cache.update(k.contiguous(), v.contiguous(), l)
+    return cache
 
 
 def _nested(a: np.ndarray, shape) -> list:
