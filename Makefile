@@ -32,6 +32,7 @@ bench: setup
 	$(PY) bench/overhead.py
 	$(PY) bench/store.py
 	$(PY) bench/detect.py
+	$(PY) bench/patching.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache
@@ -52,6 +53,18 @@ results: setup
 	for m in tiny-qwen2 tiny-llama tiny-gpt2; do \
 		$(VENV)/bin/interp detect induction --model $$m --out runs/results/$$m/induction && \
 		$(VENV)/bin/interp detect copy-suppression --model $$m --out runs/results/$$m/copy-suppression || exit 1; \
+	done
+	for m in tiny-qwen2 tiny-llama; do \
+		$(VENV)/bin/interp patch --model $$m --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --seeds 4 \
+			--site head_out,head_out_by_pos --positions=-1 --out runs/results/$$m/patch-niah-heads && \
+		$(VENV)/bin/interp patch --model $$m --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --seeds 4 \
+			--site resid_pre,attn_out,mlp_out --align anchor --positions=-2,-1,0,1,2 --out runs/results/$$m/patch-niah-needle && \
+		$(VENV)/bin/interp patch --model $$m --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --seeds 4 \
+			--site resid_pre,attn_out,mlp_out --positions=-3,-2,-1 --out runs/results/$$m/patch-niah-last || exit 1; \
+	done
+	for m in tiny-qwen2 tiny-llama tiny-gpt2; do \
+		$(VENV)/bin/interp patch --model $$m --task repeated --seeds 16 --copy-length 20 --site resid_pre,head_out \
+			--out runs/results/$$m/patch-repeated || exit 1; \
 	done
 	$(VENV)/bin/interp probe --model minilm-l6 --out runs/results/minilm-l6/probe
 	$(VENV)/bin/interp probe --model tiny-qwen2 --out runs/results/tiny-qwen2/probe

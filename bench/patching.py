@@ -76,7 +76,8 @@ def run_interp(model, pairs, grid):
 
     site = {"resid": "resid_pre", "heads": "head_out"}[grid]
     res = run_patching(model, pairs, PatchingConfig(sites=(site,), normalize=False, n_boot=10))
-    return np.array(res.sites[site].mean, dtype=float), {"forwards": res.n_forward, "rows": res.n_rows}
+    return np.array(res.sites[site].mean, dtype=float), {"forwards": res.n_forward, "rows": res.n_rows,
+                                                         "tokens": res.tokens_computed}
 
 
 def run_naive(hf, adapter, spec, pairs, grid, device):
@@ -125,7 +126,7 @@ def run_naive(hf, adapter, spec, pairs, grid, device):
                     out[l, c] = float(metric(hf(input_ids=corrupt).logits))
                 finally:
                     h.remove()
-    return out, {"forwards": out.size}
+    return out, {"forwards": out.size, "tokens": out.size * clean.numel()}
 
 
 def run_tl(br, pairs, grid, device):
@@ -138,7 +139,7 @@ def run_tl(br, pairs, grid, device):
         _, cache = br.run_with_cache(clean)
         fn = tlp.get_act_patch_resid_pre if grid == "resid" else tlp.get_act_patch_attn_head_out_all_pos
         out = fn(br, corrupt, cache, metric_fn(pairs))
-    return out.float().cpu().numpy(), {"forwards": int(out.numel())}
+    return out.float().cpu().numpy(), {"forwards": int(out.numel()), "tokens": int(out.numel()) * corrupt.numel()}
 
 
 def run_nnsight(lm, blocks_path, o_proj_attr, spec, pairs, grid, device):
@@ -172,7 +173,7 @@ def run_nnsight(lm, blocks_path, o_proj_attr, spec, pairs, grid, device):
                 res["out"] = lm.output.save()
             o = res["out"]
             out[l, c] = float(metric(o.logits if hasattr(o, "logits") else o))
-    return out, {"forwards": out.size}
+    return out, {"forwards": out.size, "tokens": out.size * corrupt.numel()}
 
 
 def _has(obj, path: str) -> bool:
@@ -259,7 +260,8 @@ def main(argv=None):
             diff = None if method == "interp" else float(np.abs(grid_vals - results["interp"]).max())
             rows.append({"grid": grid, "method": method, "pairs": n_pairs, "seq": args.seq, "wall_s": wall,
                          "peak_mb": mem.peak / 2 ** 20, "mem_method": mem.method, "max_diff_vs_interp": diff, **info})
-            print(f"{grid:5s} {method:8s} {wall:8.2f} s  peak {mem.peak / 2 ** 20:8.1f} MB"
+            print(f"{grid:5s} {method:8s} {wall:8.2f} s  peak {mem.peak / 2 ** 20:8.1f} MB  "
+                  f"{info['forwards']:5d} passes {info['tokens']:8d} tokens"
                   + ("" if diff is None else f"  max |diff| vs interp {diff:.2e}" + ("" if diff <= 1e-4 else "  UNEQUAL")),
                   flush=True)
     print("\nratios (method time / interp time, same grid):")

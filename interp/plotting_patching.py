@@ -42,12 +42,13 @@ def patching_heatmaps(result: dict) -> dict:
             x = _position_labels(result, g["positions"])
             fig = go.Figure(go.Heatmap(z=z, x=x, colorscale="RdBu", zmid=0, **rng, colorbar={"title": "effect"},
                                        hovertemplate="layer %{y}, position %{x}: %{z:.3f}<extra></extra>"))
-            fig.update_layout(xaxis_title=f"position ({result['align']}-aligned) and clean token", yaxis_title="layer")
+            fig.update_layout(xaxis_title=f"position ({result['align']}-aligned) and clean token", yaxis_title="layer",
+                              yaxis_dtick=1)
         elif axes in (["layer", "head"], ["layer", "kv_head"]):
             fig = go.Figure(go.Heatmap(z=z, colorscale="RdBu", zmid=0, **rng, colorbar={"title": "effect"},
                                        hovertemplate="layer %{y} head %{x}: %{z:.3f}<extra></extra>"))
             fig.update_layout(xaxis_title="key-value head" if axes[1] == "kv_head" else "query head",
-                              yaxis_title="layer")
+                              yaxis_title="layer", xaxis_dtick=1, yaxis_dtick=1)
         else:  # layer x position x head: heads of every layer side by side, positions down
             L, P = len(z), len(z[0])
             H = len(z[0][0])

@@ -60,6 +60,28 @@ RETRIEVAL = [
     ("code", "plotting.metric_by_condition(abl.to_dict())"),
 ]
 
+PATCHING = [
+    ("md", "# Activation patching\nClean activations into the corrupt run, every cell of a grid, many cells per "
+           "forward pass. Built-in NIAH pairs: the needle's one-token value replaced by another code word, so the "
+           "answer must be carried from the needle to the last token."),
+    ("params", 'MODEL = "tiny-qwen2"\nLENGTHS = (256,)\nDEPTHS = (0.25, 0.75)\nN_SEEDS = 2\n'
+               'SITES = ("resid_pre", "head_out_by_pos")'),
+    ("code", "import numpy as np\nimport interp\nfrom interp.patching import PatchingConfig, niah_pairs, run_patching\n"
+             "from interp.plotting_patching import patching_heatmaps\nfrom interp.tasks.niah import NiahConfig\n"
+             "model = interp.load_model(MODEL)\n"
+             "pairs = niah_pairs(model.tokenizer, NiahConfig(context_lengths=LENGTHS, depths=DEPTHS, n_seeds=N_SEEDS))"),
+    ("md", "Which heads move the value to the last token (head outputs patched at position -1 only):"),
+    ("code", "heads = run_patching(model, pairs, PatchingConfig(sites=('head_out_by_pos',), positions=(-1,)))\n"
+             "z = np.array(heads.sites['head_out_by_pos'].mean, dtype=float)[:, 0]\n"
+             "sorted(((round(float(z[l, h]), 3), f'L{l}H{h}') for l in range(z.shape[0]) for h in range(z.shape[1])),"
+             " reverse=True)[:6]"),
+    ("md", "Where the value sits, layer by layer (positions aligned on the needle value: 0 = the value token):"),
+    ("code", "resid = run_patching(model, pairs, PatchingConfig(sites=('resid_pre',), align='anchor', "
+             "positions=tuple(range(-4, 5))))\nresid.to_frame().pivot(index='layer', columns='position', values='mean')"),
+    ("code", "patching_heatmaps(resid.to_dict())['patching_resid_pre']"),
+]
+
 if __name__ == "__main__":
     nbf.write(notebook(QUICKSTART), HERE / "01_quickstart.ipynb")
     nbf.write(notebook(RETRIEVAL), HERE / "02_retrieval_heads.ipynb")
+    nbf.write(notebook(PATCHING), HERE / "03_activation_patching.ipynb")

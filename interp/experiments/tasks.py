@@ -19,7 +19,6 @@ the inputs of mean ablation (see means.py).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -309,38 +308,26 @@ def _encode(tok, text: str) -> list[int]:
 def read_prompts(path: str | Path, tokenizer, metric: str = "logit_diff") -> list[PromptItem]:
     """JSONL `{"prompt": ..., "answer": " Paris", "wrong": " Rome"}` per line (answer/wrong as the metric
     needs) -> PromptItems. The prompt gets the tokenizer's BOS when it adds one; errors name the line."""
+    from ..tasks.jsonl import jsonl_records
     from ..tasks.niah import _bos
 
-    p = Path(path)
-    if not p.is_file():
-        raise InvalidInputError(f"prompts file {path}: no such file")
     if tokenizer is None:
         raise InvalidInputError("prompt files need a tokenizer: this model was loaded without one")
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise InvalidInputError(f"prompts file {path} is not UTF-8 text") from None
     bos = _bos(tokenizer)
     items = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InvalidInputError(f"{path}:{i}: not valid JSON ({e.msg})") from None
+    for where, obj in jsonl_records(path, "prompts file"):
         if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str) or not obj["prompt"]:
-            raise InvalidInputError(f'{path}:{i}: needs a non-empty string field "prompt" '
+            raise InvalidInputError(f'{where}: needs a non-empty string field "prompt" '
                                     '(e.g. {"prompt": "The capital of France is", "answer": " Paris", '
                                     '"wrong": " Rome"})')
         for k in ("answer", "wrong"):
             if k in obj and not isinstance(obj[k], str):
-                raise InvalidInputError(f"{path}:{i}: field {k!r} must be a string")
+                raise InvalidInputError(f"{where}: field {k!r} must be a string")
         ans, wrong = obj.get("answer"), obj.get("wrong")
         items.append(PromptItem(ids=bos + _encode(tokenizer, obj["prompt"]),
                                 answer_ids=_encode(tokenizer, ans) if ans else None,
                                 wrong_ids=_encode(tokenizer, wrong) if wrong else None,
-                                text=obj["prompt"], answer=ans, wrong=wrong, source=f"{path}:{i}"))
+                                text=obj["prompt"], answer=ans, wrong=wrong, source=where))
     if not items:
         raise InvalidInputError(f"prompts file {path} has no prompts")
     for it in items:

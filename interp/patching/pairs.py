@@ -7,7 +7,6 @@ the corrupt prompt predicts).
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,27 +50,14 @@ def _single(tok, text: str, where: str, field: str) -> int:
 def read_pairs(path: str | Path, tokenizer) -> list[PatchPair]:
     """JSONL `{"clean": ..., "corrupt": ..., "answer": " X", "wrong": " Y"}` per line -> pairs (BOS added
     when the tokenizer adds one). Errors name the line (and both token counts on a length mismatch)."""
+    from ..tasks.jsonl import jsonl_records
     from ..tasks.niah import _bos
 
-    p = Path(path)
-    if not p.is_file():
-        raise InvalidInputError(f"pairs file {path}: no such file")
     if tokenizer is None:
         raise InvalidInputError("pair files need a tokenizer: this model was loaded without one")
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise InvalidInputError(f"pairs file {path} is not UTF-8 text") from None
     bos = _bos(tokenizer)
     pairs = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{i}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InvalidInputError(f"{where}: not valid JSON ({e.msg})") from None
+    for where, obj in jsonl_records(path, "pairs file"):
         missing = [k for k in ("clean", "corrupt", "answer", "wrong")
                    if not isinstance(obj, dict) or not isinstance(obj.get(k), str) or not obj.get(k)]
         if missing:

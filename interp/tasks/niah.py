@@ -86,20 +86,14 @@ def _bos(tok) -> list[int]:
 
 
 def _load_needles(path: str) -> list[dict]:
-    p = Path(path)
-    if not p.is_file():
-        raise InvalidInputError(f"needles file {path} does not exist")
+    from .jsonl import jsonl_records
+
     out = []
-    for i, line in enumerate(p.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InvalidInputError(f"{path}:{i}: not valid JSON ({e.msg})") from None
-        missing = [k for k in ("needle", "question", "answer") if not isinstance(obj.get(k), str) or not obj.get(k)]
+    for where, obj in jsonl_records(path, "needles file"):
+        missing = [k for k in ("needle", "question", "answer")
+                   if not isinstance(obj, dict) or not isinstance(obj.get(k), str) or not obj.get(k)]
         if missing:
-            raise InvalidInputError(f"{path}:{i}: missing or empty string field(s) {missing}; each line needs "
+            raise InvalidInputError(f"{where}: missing or empty string field(s) {missing}; each line needs "
                                     '{"needle": ..., "question": ..., "answer": ...}')
         out.append(obj)
     if not out:
