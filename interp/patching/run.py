@@ -175,8 +175,8 @@ def _metric(config, logits: torch.Tensor, pairs: Sequence[PatchPair]) -> np.ndar
     return (logits.gather(1, a[:, None]) - logits.gather(1, w[:, None]))[:, 0].cpu().numpy().astype(float)
 
 
-def _donor_cache(model, donor_batch, sites: tuple[str, ...]) -> dict[str, dict[int, torch.Tensor]]:
-    """The donor run's activations of every kind the grid needs: {kind: {layer: [P, T, ...]}}, plus its logits."""
+def _capture_run(model, donor_batch, sites: tuple[str, ...]) -> dict[str, dict[int, torch.Tensor]]:
+    """One run of `batch` capturing every kind `sites` needs: ({kind: {layer: [P, T, ...]}}, last-position logits)."""
     from ..hooks.capture import Capture
 
     kinds = sorted({GRID_SITES[s][0].value for s in sites})
@@ -227,8 +227,8 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
     donor_batch = model.pad(donor_seqs)
     reuse = config.reuse_prefix and any("position" in GRID_SITES[s][1] for s in config.sites)
     with torch.no_grad():
-        donor, donor_last = _donor_cache(model, donor_batch, config.sites)
-        base_kv, base_last = _donor_cache(model, model.pad(base_seqs), ("k", "v")) if reuse else (
+        donor, donor_last = _capture_run(model, donor_batch, config.sites)
+        base_kv, base_last = _capture_run(model, model.pad(base_seqs), ("k", "v")) if reuse else (
             None, model.forward(model.pad(base_seqs), last_only=True)[:, -1])
     donor_value, base_value = _metric(config, donor_last, pairs), _metric(config, base_last, pairs)
     gap = donor_value - base_value
