@@ -10,8 +10,8 @@ from typing import Sequence
 import torch
 
 from .adapters import Adapter, adapter_for
-from .errors import InterpError, InvalidInputError
-from .hooks.interception import install, uninstall
+from .errors import InterpError, InterventionError, InvalidInputError, UnsupportedModelError
+from .hooks.interception import acts_in_attention, install, uninstall
 from .spec import ModelSpec
 
 
@@ -27,6 +27,31 @@ class Batch:
     @property
     def lengths(self) -> torch.Tensor:
         return self.attention_mask.sum(-1)
+
+
+def _unwrap(obj):
+    """The torch model inside an nnsight wrapper (NNsight, LanguageModel, ...); a TransformerLens bridge is
+    refused (it rebuilds the model's modules and attention in place, so interp's hooks would not apply)."""
+    mod = type(obj).__module__ or ""
+    if mod.startswith("nnsight"):
+        inner = None
+        for attr in ("_module", "_model"):  # nnsight >= 0.5 keeps the wrapped module in `_module`
+            try:
+                inner = object.__getattribute__(obj, attr)
+            except AttributeError:
+                continue
+            if isinstance(inner, torch.nn.Module):
+                break
+            inner = None
+        if inner is None:
+            raise UnsupportedModelError(f"cannot find the torch model inside {type(obj).__name__}; pass the HF model")
+        return inner
+    if mod.startswith("transformer_lens"):
+        raise UnsupportedModelError(
+            f"interp.Model cannot run on a TransformerLens {type(obj).__name__}: it replaces the HF model's modules "
+            "and attention implementation in place. Load the checkpoint for interp separately (interp.load_model) "
+            "and use the bridge on its own copy")
+    return obj
 
 
 def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -57,6 +82,7 @@ class Model:
     """
 
     def __init__(self, hf, tokenizer=None, name: str | None = None, source: str | None = None):
+        hf = _unwrap(hf)
         self.hf = hf.eval()
         self.tokenizer = tokenizer
         self.name = name or getattr(hf.config, "_name_or_path", "model")
@@ -81,8 +107,16 @@ class Model:
         return next(self.hf.parameters()).device
 
     def detach(self) -> None:
-        """Restore the model's original attention implementation (undo `install`)."""
+        """Restore the model's original attention implementation (undo `install`). Interventions then
+        refuse to run (they could not reach the attention); `attach()` routes it through interp again."""
         uninstall(self.hf, self.adapter, self.spec)
+        self._detached = True
+
+    def attach(self) -> None:
+        """Route attention through interp's wrapper again after `detach()`."""
+        if getattr(self, "_detached", False):
+            self._state = install(self.hf, self.adapter, self.spec)
+            self._detached = False
 
     # ---- interventions -----------------------------------------------------------------
     @contextlib.contextmanager
@@ -96,9 +130,19 @@ class Model:
         for iv in interventions:
             if not hasattr(iv, "bind"):
                 raise InvalidInputError(f"{iv!r} is not an interp intervention")
+        if interventions and getattr(self, "_detached", False):
+            raise InterventionError("this Model was detached (model.detach()): interventions would not reach its "
+                                    "attention; call model.attach() first")
+        for iv in interventions:
             iv.bind(self)
         handles = []
         added = []
+        attention_level = [type(iv).__name__ for iv in interventions if acts_in_attention(iv)]
+        body_calls = [0]
+        calls0 = list(self._state.calls)
+        if attention_level:  # count forward passes, to check that the attention wrapper saw them
+            handles.append(self.adapter.body().register_forward_pre_hook(
+                lambda *a: body_calls.__setitem__(0, body_calls[0] + 1)))
         try:
             for iv in interventions:
                 handles.extend(iv.hooks(self))
@@ -108,11 +152,28 @@ class Model:
                 self._state.active.append(iv)
                 added.append(iv)
             yield self
+            if body_calls[0]:
+                missed = [l for l, (a, b) in enumerate(zip(calls0, self._state.calls)) if a == b]
+                if missed:
+                    raise InterventionError(
+                        f"{', '.join(attention_level)} did not apply: {body_calls[0]} forward pass(es) ran but the "
+                        f"attention of layer(s) {missed} never went through interp's interception point. Something "
+                        "changed the model's attention implementation after interp.Model was built (e.g. a "
+                        "TransformerLens bridge or another wrapper on the same HF model, or "
+                        "set_attn_implementation); build interp.Model on a model nothing else wraps")
         finally:
             for h in reversed(handles):
                 h.remove()
             for iv in added:
                 self._state.active.remove(iv)
+
+    def _check_rows(self, n: int) -> None:
+        """Refuse interventions aimed at batch rows the batch does not have (they would do nothing)."""
+        for iv in self._state.active:
+            rows = getattr(iv, "rows", None)
+            if rows and max(rows) >= n:
+                raise InvalidInputError(f"{type(iv).__name__} targets batch row {max(rows)}, but the batch has {n} "
+                                        f"rows (0..{n - 1})")
 
     # ---- tokenisation and forward ------------------------------------------------------
     def tokenize(self, texts: str | Sequence[str], add_special_tokens: bool = True) -> Batch:
@@ -169,6 +230,7 @@ class Model:
         """
         batch = self.as_batch(inputs, attention_mask)
         n = batch.input_ids.shape[0]
+        self._check_rows(n)
         bs = batch_size or n
         if bs < 1:
             raise InvalidInputError("batch_size must be >= 1")
@@ -190,6 +252,7 @@ class Model:
         ([b, 1, vocab] with last_only). Interventions active around the call see only the new tokens."""
         if not self.spec.causal:
             raise InvalidInputError(f"{self.spec.architecture} is an encoder; it has no KV cache")
+        self._check_rows(input_ids.shape[0])
         pos = position_ids_from_mask(attention_mask)[:, -input_ids.shape[1]:]
         kw = {"logits_to_keep": 1} if last_only else {}
         self._state.batch_start = 0
@@ -214,6 +277,7 @@ class Model:
         from transformers import DynamicCache
 
         batch = self.as_batch(inputs, attention_mask)
+        self._check_rows(batch.input_ids.shape[0])
         mask = batch.attention_mask
         # A full (non-sliding) cache: rows keep absolute key positions on sliding-window layers;
         # the sliding window is applied by the mask, as in a full forward.

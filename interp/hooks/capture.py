@@ -82,6 +82,10 @@ class Capture(_SiteBase):
         self.observes_qkv = any(s.kind in ("q", "k", "v") for s in self.head_sites)
         self.observes_out = any(s.kind == "head_out" for s in self.head_sites)
 
+    def bind(self, model):
+        super().bind(model)
+        self.clear()  # reusing a Capture starts a new record (old data would be concatenated to the new)
+
     def _keep(self, site, batch_start, t):
         t = t.detach()
         if self.to_cpu:

@@ -158,6 +158,10 @@ class InterceptState:
     active: list = field(default_factory=list)
     batch_start: int = 0
     site_dispatch: dict = field(default_factory=dict)
+    calls: list = field(default_factory=list)  # per layer: attention calls the wrapper saw with interventions active
+
+    def __post_init__(self):
+        self.calls = [0] * self.spec.n_layers
 
     def add_site_hook(self, hook: SiteHook) -> _SiteHookHandle:
         """Add a module-level site function; returns a handle whose `remove()` takes it out again."""
@@ -185,6 +189,7 @@ def _make_wrapper(base: str) -> Callable:
         if entry is None or not entry[0].active:
             return fn(module, query, key, value, attention_mask, **kwargs)
         state, layer = entry
+        state.calls[layer] += 1
         call = AttnCall(
             layer=layer,
             module=module,
@@ -253,6 +258,14 @@ def install(hf, adapter, spec) -> InterceptState:
     for i in range(spec.n_layers):
         _INSTALLED[adapter.attention(i)] = (state, i)
     return state
+
+
+ATTENTION_FLAGS = ("edits_qkv", "edits_out", "observes_qkv", "observes_qk", "observes_out")
+
+
+def acts_in_attention(iv) -> bool:
+    """Whether an intervention works inside the attention wrapper (and so needs it to be called)."""
+    return any(getattr(iv, f, False) for f in ATTENTION_FLAGS)
 
 
 def uninstall(hf, adapter, spec) -> None:

@@ -44,6 +44,9 @@ class Intervention:
 
     def __init__(self, rows: Sequence[int] | None = None):
         self.rows = None if rows is None else tuple(int(r) for r in rows)
+        if self.rows is not None and any(r < 0 for r in self.rows):
+            raise InvalidInputError(f"rows {[r for r in self.rows if r < 0]}: rows are global batch row ids >= 0 "
+                                    "(negative indices are not supported)")
 
     def bind(self, model) -> None:
         """Validate against the model (raise InvalidInputError) and prepare."""

@@ -88,6 +88,7 @@ class AttentionRows(Intervention):
 
     def bind(self, model):
         super().bind(model)
+        self._calls, self._starts = [], []  # reusing the recorder starts a new record
         if self.layers is not None:
             bad = [l for l in self.layers if not 0 <= l < self.spec.n_layers]
             if bad:
