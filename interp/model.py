@@ -218,16 +218,20 @@ class Model:
         finally:
             self._state.batch_start = 0
 
-    @torch.no_grad()
     def forward(self, inputs, attention_mask=None, batch_size: int | None = None, logits: bool = True,
-                last_only: bool = False) -> torch.Tensor:
+                last_only: bool = False, grad: bool = False) -> torch.Tensor:
         """Logits [batch, seq, vocab] (or last hidden states for encoders), batched with left padding.
 
         logits=False runs only the transformer body and returns its last hidden states (no
         [batch, seq, vocab] tensor: what hooks and recorders need when the logits are not).
         last_only=True returns the logits of the last position only, [batch, 1, vocab] (the LM head
         runs on that position alone: transformers' `logits_to_keep=1`, final softcaps included).
+        grad=True keeps the autograd graph (attribution patching); by default no graph is built.
         """
+        with torch.set_grad_enabled(grad):
+            return self._forward(inputs, attention_mask, batch_size, logits, last_only)
+
+    def _forward(self, inputs, attention_mask, batch_size, logits, last_only) -> torch.Tensor:
         batch = self.as_batch(inputs, attention_mask)
         n = batch.input_ids.shape[0]
         self._check_rows(n)

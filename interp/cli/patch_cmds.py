@@ -61,6 +61,13 @@ def patch(model: Optional[str] = MODEL,
           copy_length: int = typer.Option(20, "--copy-length", help="repeated: tokens per copy."),
           seed: int = typer.Option(0, "--seed", help="Seed of the built-in pairs and the bootstrap."),
           n_boot: int = typer.Option(1000, "--n-boot", help="Bootstrap resamples (over pairs) per cell."),
+          method: str = typer.Option("exact", "--method", help="exact (one patched row per cell) | atp (attribution "
+                                     "patching: 2 forwards + 1 backward) | atp-qk (AtP with q/k attention "
+                                     "recomputed exactly)."),
+          verify_top: int = typer.Option(10, "--verify-top", help="atp*: exact patching of the top cells by "
+                                         "|estimate| per site."),
+          verify_sample: int = typer.Option(20, "--verify-sample", help="atp*: ... and of this many random other "
+                                            "cells."),
           device: Optional[str] = DEVICE, dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
           as_json: bool = JSON, csv: bool = typer.Option(False, "--csv", help="Print the tidy table on stdout.")):
     """Activation patching: every cell of the grid, many cells per forward pass (equal to one pass per cell)."""
@@ -71,13 +78,25 @@ def patch(model: Optional[str] = MODEL,
     cfg = PatchingConfig(sites=tuple(site.split(",")), direction=direction, metric=metric, normalize=not raw,
                          max_batch=max_batch, align=align, n_boot=n_boot, seed=seed,
                          positions=None if positions is None else parse_ints(positions, "--positions"))
+    from ..patching.attribution import METHODS as ATP_METHODS
+
+    if method not in ("exact",) + ATP_METHODS:
+        raise InvalidInputError(f"--method {method!r}: valid methods are exact, {', '.join(ATP_METHODS)}")
+    if verify_top < 0 or verify_sample < 0:
+        raise InvalidInputError("--verify-top and --verify-sample must be >= 0")
     m = _model(model, device, dtype)
     ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed)
     if out is not None and Path(out).exists() and not Path(out).is_dir():
         raise InvalidInputError(f"--out {out} exists and is not a directory")
     prog, advance = progress_bar(None, "patching rows")
     with prog:
-        res = run_patching(m, ps, cfg, progress=advance)
+        if method == "exact":
+            res = run_patching(m, ps, cfg, progress=advance)
+        else:
+            from ..patching import run_attribution
+
+            res = run_attribution(m, ps, cfg, method=method, verify_top=verify_top, verify_sample=verify_sample,
+                                  progress=advance)
     o = out_dir(out, "patch", m.name)
     tmp = o / ".partial"
     tmp.mkdir(exist_ok=True)
@@ -106,8 +125,10 @@ def _print(d: dict, out) -> None:
     from rich.console import Console
 
     c = Console(stderr=True)
-    c.print(f"[bold]{d['model']}[/]: {d['direction']} patching, {d['n_pairs']} pairs, {d['n_rows']} (pair, cell) rows "
-            f"in {d['n_forward']} forward passes; {'normalised ' if d['normalized'] else ''}{d['metric']}")
+    how = (f"{d['n_rows']} (pair, cell) rows in {d['n_forward']} forward passes" if d["method"] == "exact"
+           else f"{d['method']} estimates (2 forward passes, 1 backward)")
+    c.print(f"[bold]{d['model']}[/]: {d['direction']} patching, {d['n_pairs']} pairs, {how}; "
+            f"{'normalised ' if d['normalized'] else ''}{d['metric']}")
     base, donor = np.mean(d["base_value"]), np.mean(d["donor_value"])
     c.print(f"unpatched {d['metric']}: base {base:+.3f}, donor {donor:+.3f}"
             + (f"; {len(d['excluded_pairs'])} pairs with donor ~ base left out" if d["excluded_pairs"] else ""))
@@ -124,4 +145,14 @@ def _print(d: dict, out) -> None:
                            else f"KV{j}" if ax == "kv_head" else f"H{j}")
             cells.append(f"{' '.join(lab)}: {z[i]:+.3f}")
         c.print(f"{name} top cells: " + "; ".join(cells))
+        v = (d.get("verification") or {}).get(name)
+        if v:
+            def f(x):
+                return "-" if x is None else f"{x:.2f}"
+            miss = v["largest_missed"]
+            c.print(f"  vs exact on {v['n_checked']} cells ({v['top']} top + {v['sample']} random): Pearson "
+                    f"{f(v['pearson'])}, Spearman {f(v['spearman'])}, top-{v['top']} recall {f(v['top_k_recall'])}"
+                    + (f"; largest effect in the random sample {miss['exact']:+.3f} at {miss['cell']}" if miss else ""))
+            for w in v["sign_warnings"]:
+                c.print(f"  [yellow]warning[/]: the estimate has the wrong sign on a top cell: {w}")
     c.print(f"written to {out}/")

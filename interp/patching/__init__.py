@@ -5,9 +5,11 @@
     res.sites["head_out"].mean   # [layer][head], normalised: 0 = no effect, 1 = the clean value restored
 """
 
+from .attribution import run_attribution
 from .cells import GRID_SITES, CellPatch, Cells
 from .pairs import PatchPair, niah_pairs, read_pairs, repeated_pairs
 from .run import DIRECTIONS, METRICS, PatchingConfig, PatchingResult, SiteGrid, run_patching
 
 __all__ = ["CellPatch", "Cells", "DIRECTIONS", "GRID_SITES", "METRICS", "PatchPair", "PatchingConfig",
-           "PatchingResult", "SiteGrid", "niah_pairs", "read_pairs", "repeated_pairs", "run_patching"]
+           "PatchingResult", "SiteGrid", "niah_pairs", "read_pairs", "repeated_pairs", "run_attribution",
+           "run_patching"]

@@ -54,6 +54,7 @@ class PatchingConfig:
     reuse_prefix: bool = True  # per-position cells start from the base run's KV cache of earlier positions
     align: str = "end"  # position axis: "end" (-1 = last token) or "anchor" (0 = each pair's anchor token)
     positions: tuple[int, ...] | None = None  # only these labels of the position axis (default: all)
+    cells: dict | None = None  # {site: [cell index tuples over the site's axes]}: only those (e.g. AtP checks)
     min_gap: float = 1e-6
     n_boot: int = 1000
     seed: int = 0
@@ -105,6 +106,8 @@ class PatchingResult:
     config: dict
     provenance: dict = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
+    method: str = "exact"  # exact | atp | atp-qk (attribution.py)
+    verification: dict | None = None  # attribution only: the estimate checked against exact patching
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -187,6 +190,17 @@ def _capture_run(model, donor_batch, sites: tuple[str, ...]) -> dict[str, dict[i
     return {k: {l: cap[Site(l, k)] for l in range(model.spec.n_layers)} for k in kinds}, last
 
 
+def _check_pairs(model, pairs) -> None:
+    if not pairs:
+        raise InvalidInputError("no clean/corrupt pairs to patch")
+    if not model.spec.causal:
+        raise InvalidInputError(f"{model.spec.architecture} is an encoder: patching compares next-token logits")
+    for p in pairs:
+        for t in (p.answer, p.wrong):
+            if not 0 <= t < model.spec.d_vocab:
+                raise InvalidInputError(f"{p.source}: token id {t} is outside the vocabulary 0..{model.spec.d_vocab - 1}")
+
+
 def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | None = None,
                  progress: Callable[[int], None] | None = None) -> PatchingResult:
     """Patch every cell of every `config.sites` grid (see the module docstring)."""
@@ -195,15 +209,8 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
 
     config = config or PatchingConfig()
     pairs = list(pairs)
-    if not pairs:
-        raise InvalidInputError("no clean/corrupt pairs to patch")
-    if not model.spec.causal:
-        raise InvalidInputError(f"{model.spec.architecture} is an encoder: patching compares next-token logits")
+    _check_pairs(model, pairs)
     spec = model.spec
-    for p in pairs:
-        for t in (p.answer, p.wrong):
-            if not 0 <= t < spec.d_vocab:
-                raise InvalidInputError(f"{p.source}: token id {t} is outside the vocabulary 0..{spec.d_vocab - 1}")
     denoise = config.direction == "denoising"
     base_seqs = [p.corrupt if denoise else p.clean for p in pairs]
     donor_seqs = [p.clean if denoise else p.corrupt for p in pairs]
@@ -240,6 +247,10 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
     for site in config.sites:
         kind, axes = GRID_SITES[site]
         row_pair, row_cell, row_k = _enumerate(model, site, lengths, anchors, labels)
+        if config.cells is not None:
+            want = {tuple(int(i) for i in c) for c in config.cells.get(site, ())}
+            keep = np.array([tuple(c) in want for c in row_cell.tolist()], dtype=bool)
+            row_pair, row_cell, row_k = row_pair[keep], row_cell[keep], row_k[keep]
         order = np.argsort(lengths[row_pair], kind="stable")
         row_pair, row_cell, row_k = row_pair[order], row_cell[order], row_k[order]
         raw = np.full(len(row_pair), np.nan)
