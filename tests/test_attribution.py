@@ -119,3 +119,28 @@ def test_verification_reports_agreement_on_exact_cells():
         assert c["exact"] == pytest.approx(exact[layer, kvh], abs=1e-6)
     assert v["top_k_recall"] is not None and 0 <= v["top_k_recall"] <= 1
     assert res.method == "atp-qk" and res.to_dict()["verification"]["head_out"]["n_checked"] == 7
+
+
+# ---- path patching ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+def test_path_patching_previous_token_head_reaches_the_induction_head_through_its_keys(family):
+    """The previous-token head L0H0 writes PREV, which the induction head L1H1 reads through its KEYS:
+    the path L0H0 -> L1H1 via k carries the effect, via q it does not, and L0H0 -> an unrelated head
+    (L1H3: zero query and output) carries nothing."""
+    from interp.patching.path import run_path_patching
+
+    model = planted_model(family)
+    pairs = _induction_key_pairs()
+    cfg = PatchingConfig(n_boot=200)
+    via_k = run_path_patching(model, pairs, ["L0H0"], ["L1H1"], via="k", config=cfg)
+    via_q = run_path_patching(model, pairs, ["L0H0"], ["L1H1"], via="q", config=cfg)
+    other = run_path_patching(model, pairs, ["L0H0"], ["L1H3"], via="k" if family == "gpt2" else "q", config=cfg)
+    k, q, o = (r.effects["L0H0"]["mean"] for r in (via_k, via_q, other))
+    assert k > 0.5, via_k.effects
+    assert abs(q) < 0.02 and abs(o) < 0.05 * k, (q, o, k)
+    if model.spec.group_size > 1:  # GQA: the key input is the receiver's key-value head, shared by its group
+        assert "feeds" in via_k.receiver_inputs[0]
+    direct = run_path_patching(model, pairs, ["L0H0"], via="logits", config=cfg)
+    assert abs(direct.effects["L0H0"]["mean"]) < 0.05  # PREV is not read by the unembedding directly
+    with pytest.raises(interp.InvalidInputError, match="later layers"):
+        run_path_patching(model, pairs, ["L1H1"], ["L0H0"], via="k")

@@ -63,7 +63,11 @@ def patch(model: Optional[str] = MODEL,
           n_boot: int = typer.Option(1000, "--n-boot", help="Bootstrap resamples (over pairs) per cell."),
           method: str = typer.Option("exact", "--method", help="exact (one patched row per cell) | atp (attribution "
                                      "patching: 2 forwards + 1 backward) | atp-qk (AtP with q/k attention "
-                                     "recomputed exactly)."),
+                                     "recomputed exactly) | path (path patching: --senders, --receivers, --via)."),
+          senders: Optional[str] = typer.Option(None, "--senders", help="path: sender heads, e.g. L0H0,L0H2."),
+          receivers: Optional[str] = typer.Option(None, "--receivers", help="path: receiver heads, e.g. L1H1."),
+          via: str = typer.Option("k", "--via", help="path: the receivers' input the senders reach them through: "
+                                  "q | k | v, or logits (the senders' direct effect, no receivers)."),
           verify_top: int = typer.Option(10, "--verify-top", help="atp*: exact patching of the top cells by "
                                          "|estimate| per site."),
           verify_sample: int = typer.Option(20, "--verify-sample", help="atp*: ... and of this many random other "
@@ -80,8 +84,11 @@ def patch(model: Optional[str] = MODEL,
                          positions=None if positions is None else parse_ints(positions, "--positions"))
     from ..patching.attribution import METHODS as ATP_METHODS
 
-    if method not in ("exact",) + ATP_METHODS:
-        raise InvalidInputError(f"--method {method!r}: valid methods are exact, {', '.join(ATP_METHODS)}")
+    if method not in ("exact", "path") + ATP_METHODS:
+        raise InvalidInputError(f"--method {method!r}: valid methods are exact, {', '.join(ATP_METHODS)}, path")
+    if method == "path":
+        return _path(model, device, dtype, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders,
+                     receivers, via, out, as_json)
     if verify_top < 0 or verify_sample < 0:
         raise InvalidInputError("--verify-top and --verify-sample must be >= 0")
     m = _model(model, device, dtype)
@@ -118,6 +125,40 @@ def patch(model: Optional[str] = MODEL,
         write_table(res, o / "patching.csv", echo=True)
     else:
         _print(d, o)
+
+
+def _path(model, device, dtype, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders, receivers, via,
+          out, as_json) -> None:
+    from ..patching.path import VIAS, run_path_patching
+    from ..types import as_heads
+
+    if via not in VIAS:
+        raise InvalidInputError(f"--via {via!r}: valid are {', '.join(VIAS)}")
+    if not senders:
+        raise InvalidInputError("--method path needs --senders, e.g. --senders L0H0")
+    snd, rcv = as_heads(senders), as_heads(receivers or "")
+    m = _model(model, device, dtype)
+    ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed)
+    res = run_path_patching(m, ps, snd, rcv, via=via, config=cfg)
+    o = out_dir(out, "patch", m.name)
+    d = res.to_dict()
+    write_json(d, o / "path_patching.json")
+    write_table(res, o / "path_patching.csv")
+    if as_json:
+        typer.echo(json.dumps(d))
+        return
+    from rich.console import Console
+
+    c = Console(stderr=True)
+    target = f"via {via} of {', '.join(res.receivers)}" if via != "logits" else "directly on the logits"
+    c.print(f"[bold]{res.model}[/]: path patching ({res.direction}) of {', '.join(res.senders)} {target}; "
+            f"{'normalised ' if res.normalized else ''}{res.metric}, {len(ps)} pairs")
+    for name, e in res.effects.items():
+        ci = "" if e["lo"] is None else f" [{e['lo']:+.3f}, {e['hi']:+.3f}]"
+        c.print(f"  {name}: {e['mean']:+.3f}{ci}")
+    if res.receiver_inputs:
+        c.print(f"  patched in pass 2: {'; '.join(res.receiver_inputs)}")
+    c.print(f"written to {o}/")
 
 
 def _print(d: dict, out) -> None:
