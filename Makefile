@@ -60,7 +60,13 @@ results: setup
 		$(VENV)/bin/interp patch --model $$m --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --seeds 4 \
 			--site resid_pre,attn_out,mlp_out --align anchor --positions=-2,-1,0,1,2 --out runs/results/$$m/patch-niah-needle && \
 		$(VENV)/bin/interp patch --model $$m --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --seeds 4 \
-			--site resid_pre,attn_out,mlp_out --positions=-3,-2,-1 --out runs/results/$$m/patch-niah-last || exit 1; \
+			--site resid_pre,attn_out,mlp_out --positions=-3,-2,-1 --out runs/results/$$m/patch-niah-last && \
+		$(VENV)/bin/interp patch --model $$m --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --seeds 4 \
+			--site head_out,head_out_by_pos --positions=-1 --method atp-qk --verify-top 6 --verify-sample 20 \
+			--out runs/results/$$m/patch-niah-heads-atp && \
+		$(VENV)/bin/interp patch --model $$m --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --seeds 4 \
+			--site head_out,resid_pre --method atp-qk --verify-top 10 --verify-sample 20 \
+			--out runs/results/$$m/patch-niah-atp || exit 1; \
 	done
 	for m in tiny-qwen2 tiny-llama tiny-gpt2; do \
 		$(VENV)/bin/interp patch --model $$m --task repeated --seeds 16 --copy-length 20 --site resid_pre,head_out \

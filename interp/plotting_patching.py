@@ -61,3 +61,32 @@ def patching_heatmaps(result: dict) -> dict:
         fig.update_layout(title=title)
         figs[f"patching_{name}"] = fig
     return figs
+
+
+def attribution_scatter(result: dict):
+    """{file stem: figure}: per site, the attribution estimate vs exact patching on the cells the
+    verification checked (top cells and a random sample), with the y = x line."""
+    import plotly.graph_objects as go
+
+    figs = {}
+    for name, v in (result.get("verification") or {}).items():
+        cells = v["cells"]
+        top = [c for i, c in enumerate(cells) if i < v["top"]]
+        rest = cells[v["top"]:]
+        fig = go.Figure()
+        for group, label in ((top, f"top {v['top']} by |estimate|"), (rest, "random sample")):
+            fig.add_trace(go.Scatter(x=[c["exact"] for c in group], y=[c["estimate"] for c in group], mode="markers",
+                                     name=label, text=[c["cell"] for c in group],
+                                     hovertemplate="%{text}: exact %{x:.3f}, estimate %{y:.3f}<extra></extra>"))
+        vals = [c["exact"] for c in cells] + [c["estimate"] for c in cells]
+        lo, hi = (min(vals), max(vals)) if vals else (0, 1)
+        fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="estimate = exact",
+                                 line={"dash": "dot", "color": "grey"}))
+
+        def f(x):
+            return "-" if x is None else f"{x:.2f}"
+        fig.update_layout(title=f"{result['method']} vs exact patching, {name}, {result['model']}: Pearson "
+                                f"{f(v['pearson'])}, Spearman {f(v['spearman'])}, top-{v['top']} recall "
+                                f"{f(v['top_k_recall'])}", xaxis_title="exact", yaxis_title="estimate")
+        figs[f"attribution_vs_exact_{name}"] = fig
+    return figs

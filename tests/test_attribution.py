@@ -144,3 +144,26 @@ def test_path_patching_previous_token_head_reaches_the_induction_head_through_it
     assert abs(direct.effects["L0H0"]["mean"]) < 0.05  # PREV is not read by the unembedding directly
     with pytest.raises(interp.InvalidInputError, match="later layers"):
         run_path_patching(model, pairs, ["L1H1"], ["L0H0"], via="k")
+
+
+@pytest.mark.parametrize("name", ["tiny-qwen2", "tiny-llama"])
+def test_atp_qk_top_heads_on_niah_are_exact_patchings_top_heads(name):
+    """On the organisms' NIAH pairs the heads exact patching ranks highest at the last token (the
+    retrieval heads) are AtP-QK's top heads too, and the verification says how well the rest agrees."""
+    from interp.loading import bundled_models
+    from interp.patching import niah_pairs
+    from interp.tasks.niah import NiahConfig
+
+    if name not in bundled_models():
+        pytest.fail(f"bundled organism {name} is missing from data/organisms")
+    model = interp.load_model(name)
+    pairs = niah_pairs(model.tokenizer, NiahConfig(context_lengths=(512,), depths=(0.0, 0.5, 1.0), n_seeds=2))
+    cfg = PatchingConfig(sites=("head_out_by_pos",), positions=(-1,), n_boot=100)
+    exact = np.array(run_patching(model, pairs, cfg).sites["head_out_by_pos"].mean, dtype=float)[:, 0].ravel()
+    res = run_attribution(model, pairs, cfg, method="atp-qk", verify_top=4, verify_sample=8)
+    est = np.array(res.sites["head_out_by_pos"].mean, dtype=float)[:, 0].ravel()
+    k = int((exact > 0.02).sum())  # the heads that move the value (qwen2: 4, llama: 2)
+    assert k >= 2
+    assert set(np.argsort(-est)[:k]) == set(np.argsort(-exact)[:k])
+    v = res.verification["head_out_by_pos"]
+    assert v["n_checked"] == 12 and v["pearson"] is not None and v["pearson"] > 0.5

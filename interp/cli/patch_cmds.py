@@ -114,7 +114,9 @@ def patch(model: Optional[str] = MODEL,
         for p in ps:
             f.write(json.dumps({"source": p.source, "clean_ids": p.clean, "corrupt_ids": p.corrupt, "answer": p.answer,
                                 "wrong": p.wrong, "anchor": p.anchor, "info": p.info}) + "\n")
-    for stem, fig in patching_heatmaps(d).items():
+    from ..plotting_patching import attribution_scatter
+
+    for stem, fig in {**patching_heatmaps(d), **attribution_scatter(d)}.items():
         write_html(fig, tmp / f"{stem}.html")
     for f in tmp.iterdir():  # results appear together, after everything was computed
         f.replace(o / f.name)
