@@ -53,8 +53,10 @@ def column_mean_ci(values, n_boot: int = 1000, level: float = 0.95, seed: int = 
             m = np.where(k > 0, s / np.maximum(k, 1), np.nan)
         ok = np.isfinite(m).any(0)
         if ok.any():
-            lo[sl][ok] = np.nanquantile(m[:, ok], a, axis=0)
-            hi[sl][ok] = np.nanquantile(m[:, ok], 1 - a, axis=0)
+            mm = m[:, ok]
+            q = np.quantile if np.isfinite(mm).all() else np.nanquantile  # nanquantile is ~20x slower
+            lo[sl][ok] = q(mm, a, axis=0)
+            hi[sl][ok] = q(mm, 1 - a, axis=0)
     one = n == 1
     lo[one], hi[one] = mean[one], mean[one]
     return GridEstimate(mean, lo, hi, n, level, n_boot, seed)
