@@ -23,6 +23,10 @@ in this one process, method after method.
 Model: the bundled organism tiny-llama (4 layers, 4 heads, d_model 256) by default, or --model NAME
 (any alias interp loads, with a tokenizer).
 
+Part 2 (--long N, default 2048): peak memory of head-level attribution on one N-token pair, beside a
+plain forward and a plain forward + backward of the same metric (what the model's own backward needs),
+and the size one layer's full attention patterns ([heads, N, N] fp32) would take.
+
 Usage: python bench/patching.py [--model tiny-llama] [--pairs 8] [--seq 64] [--device cpu] [--threads 1]
        [--skip tl,nnsight] [--quick]
 Results: a table on stdout and bench/results/patching-<device>.json.
@@ -194,6 +198,79 @@ def run_nnsight(lm, blocks_path, o_proj_attr, spec, pairs, grid, device):
     return out, {"forwards": out.size, "tokens": out.size * corrupt.numel()}
 
 
+LONG_JOBS = ("plain forward", "forward + backward", "atp-base-pass head_out", "atp head_out", "atp head_out,q,k",
+             "atp-qk q,k")
+
+
+def long_child(spec: dict) -> None:
+    """One memory measurement of part 2 in a fresh process (prints RESULT {json})."""
+    import json
+
+    import torch
+
+    from interp.loading import load_model
+    from interp.patching import PatchingConfig, run_attribution
+
+    torch.set_num_threads(max(1, spec["threads"]))
+    model = load_model(spec["model"], device=spec["device"])
+    n, what = spec["n"], spec["what"]
+    (pair,) = make_pairs(model.spec.d_vocab, 1, n, seed=1)
+    x = torch.tensor([pair.corrupt], device=spec["device"])
+    with torch.no_grad():
+        model.forward(x[:, :16], last_only=True)  # warm-up: lazy imports and first allocations
+
+    def run():
+        if what == "plain forward":
+            with torch.no_grad():
+                model.forward(x, last_only=True)
+        elif what == "forward + backward":
+            h = model.adapter.embed().register_forward_hook(lambda m, a, o: o.requires_grad_(True))
+            try:
+                last = model.forward(x, last_only=True, grad=True)[0, -1]
+                (last[pair.answer] - last[pair.wrong]).backward()
+            finally:
+                h.remove()
+        elif what.startswith("atp-base-pass"):  # the probed forward + backward alone (no donor pass)
+            from interp.patching.attribution import _base_run
+
+            _base_run(model, model.pad([pair.corrupt]), {"head_out"}, PatchingConfig(sites=("head_out",)), [pair],
+                      want_calls=False)
+        else:
+            method, sites = what.split(" ")
+            run_attribution(model, [pair], PatchingConfig(sites=tuple(sites.split(",")), normalize=False, n_boot=10),
+                            method=method, verify_top=0, verify_sample=0)
+
+    with PeakMemory(spec["device"]) as mem:
+        t0 = time.perf_counter()
+        run()
+        wall = time.perf_counter() - t0
+    print("RESULT " + json.dumps({"what": what, "tokens": n, "wall_s": wall, "peak_mb": mem.peak / 2 ** 20,
+                                  "mem_method": mem.method}))
+
+
+def part_long(model, args) -> list[dict]:
+    """Peak memory on one long pair, each measurement in a fresh process: plain forward, forward +
+    backward, AtP (head_out, q, k), AtP-QK (q, k)."""
+    from overhead import run_child
+
+    n = min(args.long, model.spec.max_positions or args.long)
+    out = []
+    for what in LONG_JOBS:
+        r = run_child({"long": True, "what": what, "n": n, "model": args.model, "device": args.device,
+                       "threads": args.threads}, args.child_timeout, script=__file__)
+        out.append(r)
+        if "error" in r:
+            print(f"long  {what:24s} error: {r['error']}")
+        else:
+            print(f"long  {what:24s} {n} tokens  {r['wall_s']:6.2f} s  peak {r['peak_mb']:8.1f} MB", flush=True)
+    spec = model.spec
+    one_layer = spec.n_heads * n * n * 4 / 2 ** 20
+    print(f"long  (one layer's [heads, T, T] fp32 patterns would be {one_layer:.0f} MB; all layers "
+          f"{one_layer * spec.n_layers:.0f} MB)")
+    out.append({"what": "one layer's attention patterns, fp32", "tokens": n, "mb": one_layer})
+    return out
+
+
 def _has(obj, path: str) -> bool:
     for p in (x for x in path.split(".") if x):
         if not hasattr(obj, p):
@@ -217,7 +294,8 @@ def main(argv=None):
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--skip", default="", help="comma-separated methods to leave out: " + ",".join(METHODS[1:]))
     ap.add_argument("--quick", action="store_true", help="16-token prompts, 2 pairs")
-    args, torch = parse_and_setup(ap, argv, lambda spec: None)
+    ap.add_argument("--long", type=int, default=2048, help="tokens of the memory part (0: skip it)")
+    args, torch = parse_and_setup(ap, argv, long_child)
     if args is None:
         return
     import numpy as np
@@ -306,6 +384,7 @@ def main(argv=None):
                   f"{info['forwards']:5d} passes {info['tokens']:8d} tokens"
                   + ("" if diff is None else f"  max |diff| vs interp {diff:.2e}" + ("" if diff <= 1e-4 else "  UNEQUAL")),
                   flush=True)
+    long_rows = part_long(model, args) if args.long else []
     print("\nratios (method time / interp time, same grid):")
     for grid in ("resid", "heads"):
         base = next(r["wall_s"] for r in rows if r["grid"] == grid and r["method"] == "interp")
@@ -314,7 +393,8 @@ def main(argv=None):
                 r["ratio_vs_interp"] = r["wall_s"] / base
                 print(f"  {grid:5s} {r['method']:8s} {r['ratio_vs_interp']:6.2f}x")
     res = {"model": args.model, "spec": {"n_layers": spec.n_layers, "n_heads": spec.n_heads, "d_model": spec.d_model},
-           "rows": rows, "env": bench_env(args, torch), "total_wall_s": time.perf_counter() - t_all}
+           "rows": rows, "long_context": long_rows, "env": bench_env(args, torch),
+           "total_wall_s": time.perf_counter() - t_all}
     write_result(res, args, "patching")
 
 
