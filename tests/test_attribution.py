@@ -57,7 +57,7 @@ def test_atp_equals_finite_differences(family, gqa):
             return float(last[p.answer] - last[p.wrong])
 
         fd = (metric(eps) - metric(-eps)) / (2 * eps)
-        per_pair = np.array(res.sites[site].per_pair, dtype=float)[0]
+        per_pair = np.array(res.sites[site].per_pair, dtype=float)[0] - res.base_value[0]  # raw = base + change
         est = per_pair[cell]  # both pairs have 7 tokens: the end-aligned axis index is the token index
         assert abs(fd) > 1e-6, (site, fd)  # the cell matters (else the check is vacuous)
         assert est == pytest.approx(fd, rel=5e-3, abs=1e-7), (site, est, fd)
@@ -95,8 +95,11 @@ def test_qk_fix_closes_the_saturation_gap_on_a_patched_key(family):
     qk = run_attribution(model, pairs, cfg, method="atp-qk", verify_top=0, verify_sample=0).sites
     kv = model.spec.kv_head_of(1)  # the key-value head the induction head L1H1 reads
 
-    def at(sites, site, h):
-        return float(np.array(sites[site].mean, dtype=float)[1, h])
+    base = float(np.mean(run_patching(model, pairs, PatchingConfig(sites=("k",), normalize=False,
+                                                                   positions=None)).base_value))
+
+    def at(sites, site, h):  # the (estimated) change of the metric, mean over pairs
+        return float(np.array(sites[site].mean, dtype=float)[1, h]) - base
 
     e_k, e_z = at(exact, "k", kv), at(exact, "head_out", 1)
     assert e_k > 3.0 and e_k == pytest.approx(e_z, rel=1e-4)  # keys or head output: the same restoration
@@ -167,3 +170,21 @@ def test_atp_qk_top_heads_on_niah_are_exact_patchings_top_heads(name):
     assert set(np.argsort(-est)[:k]) == set(np.argsort(-exact)[:k])
     v = res.verification["head_out_by_pos"]
     assert v["n_checked"] == 12 and v["pearson"] is not None and v["pearson"] > 0.5
+
+
+def test_atp_is_exact_where_the_model_is_linear_in_the_activation():
+    """With the final norm removed, the logits are linear in the last layer's MLP output: AtP equals exact
+    patching there (every position), and not in earlier layers, whose changes pass through attention."""
+    hf = tiny_random_hf("llama", gqa=True, seed=0)
+    hf.model.norm = torch.nn.Identity()
+    model = interp.Model(hf)
+    pairs = _pairs(n=3)
+    cfg = PatchingConfig(sites=("mlp_out",), normalize=False, n_boot=50)
+    exact = np.array(run_patching(model, pairs, cfg).sites["mlp_out"].per_pair, dtype=float)
+    est = np.array(run_attribution(model, pairs, cfg, method="atp", verify_top=0, verify_sample=0)
+                   .sites["mlp_out"].per_pair, dtype=float)
+    last = model.spec.n_layers - 1
+    np.testing.assert_allclose(est[:, last], exact[:, last], atol=1e-6)
+    base = np.array(run_patching(model, pairs, cfg).base_value)
+    assert np.nanmax(np.abs(exact[:, last] - base[:, None])) > 5e-5  # not vacuous: 100x the float noise
+    assert np.nanmax(np.abs(est[:, :last] - exact[:, :last])) > 5e-6  # > the 1e-6 that holds at the last layer

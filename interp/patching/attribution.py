@@ -15,6 +15,8 @@ What is exact and what is linear:
   linearised (through dM/dz). Under GQA a patched key changes every query head of its group: their
   contributions are summed. Other sites are as in "atp" (v is linear in z given the pattern, so
   AtP on v is already exact up to the head output).
+Values are reported like exact patching's: normalised, (estimated change) / (donor - base); raw, the
+estimated patched metric base + estimated change.
 Cancellation of direct and indirect effects is not fixed (a known AtP false-negative source): the
 built-in verification runs exact patching on the top cells and a random sample of the rest and
 reports the agreement.
@@ -217,8 +219,11 @@ def run_attribution(model, pairs: Sequence[PatchPair], config: PatchingConfig | 
         if "position" in axes:
             mask = has_pos[:, None, :] if est.ndim == 3 else has_pos[:, None, :, None]
             est = np.where(mask, est, np.nan)
-        if config.normalize:
-            est = est / np.where(valid, gap, np.nan).reshape((-1,) + (1,) * (est.ndim - 1))
+        per_pair_shape = (-1,) + (1,) * (est.ndim - 1)
+        if config.normalize:  # the estimated change over the donor-base gap, like exact patching's
+            est = est / np.where(valid, gap, np.nan).reshape(per_pair_shape)
+        else:  # raw: the estimated patched metric (base + estimated change), like exact patching's raw values
+            est = est + run.value.reshape(per_pair_shape)
         if config.positions is not None and "position" in axes:
             idx = [int(p) + T for p in sorted(set(config.positions))]
             if any(not 0 <= i < T for i in idx):
