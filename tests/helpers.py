@@ -65,3 +65,22 @@ def run_cli(args, capsys):
         code = e.code
     out = capsys.readouterr()
     return code, out.out, " ".join(out.err.split())
+
+
+def tl_bridge(family, gqa, tmp_path, hf=None):
+    """A TransformerLens TransformerBridge on its own seeded tiny model, or on `hf` (a word tokenizer saved
+    to tmp_path: the bridge reloads it by name), and that HF model. The bridge rewires the HF model in place."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.WordLevel(vocab={f"t{i}": i for i in range(VOCAB)}, unk_token="t0"))
+    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="t0", pad_token="t0", bos_token="t1",
+                            eos_token="t2").save_pretrained(tmp_path)
+    tok = PreTrainedTokenizerFast.from_pretrained(tmp_path)
+    hf = hf if hf is not None else tiny_random_hf(family, gqa=gqa, seed=0)
+    hf.config.architectures = [type(hf).__name__]
+    br = TransformerBridge.boot_transformers(family, hf_model=hf, tokenizer=tok, device="cpu")
+    br.eval()
+    return br, hf

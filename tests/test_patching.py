@@ -199,21 +199,12 @@ TL_FUNCS = {"resid_pre": "get_act_patch_resid_pre", "attn_out": "get_act_patch_a
 def test_equals_transformerlens_patching(family, gqa, tmp_path):
     pytest.importorskip("transformer_lens")
     import transformer_lens.patching as tlp
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformer_lens.model_bridge import TransformerBridge
-    from transformers import PreTrainedTokenizerFast
 
     from interp.tiny import VOCAB, tiny_random_hf
 
-    tk = Tokenizer(models.WordLevel(vocab={f"t{i}": i for i in range(VOCAB)}, unk_token="t0"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="t0", pad_token="t0", bos_token="t1",
-                            eos_token="t2").save_pretrained(tmp_path)
-    tok = PreTrainedTokenizerFast.from_pretrained(tmp_path)
-    hf = tiny_random_hf(family, gqa=gqa, seed=0)
-    hf.config.architectures = [type(hf).__name__]
-    br = TransformerBridge.boot_transformers(family, hf_model=hf, tokenizer=tok, device="cpu")
-    br.eval()
+    from .helpers import tl_bridge
+
+    br, _ = tl_bridge(family, gqa, tmp_path)
     model = interp.Model(tiny_random_hf(family, gqa=gqa, seed=0))
     pairs = _pairs((8, 8), vocab=VOCAB)
     clean = torch.tensor([p.clean for p in pairs])

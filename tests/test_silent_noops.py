@@ -64,21 +64,11 @@ def test_nnsight_wrapped_model_is_unwrapped_and_interventions_apply():
 
 def test_transformerlens_bridge_is_refused_with_a_reason(tmp_path):
     pytest.importorskip("transformer_lens")
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformer_lens.model_bridge import TransformerBridge
-    from transformers import PreTrainedTokenizerFast
+    from .helpers import tl_bridge
 
-    from interp.tiny import VOCAB
-
-    tk = Tokenizer(models.WordLevel(vocab={f"t{i}": i for i in range(VOCAB)}, unk_token="t0"))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="t0", pad_token="t0", bos_token="t1",
-                            eos_token="t2").save_pretrained(tmp_path)
-    tok = PreTrainedTokenizerFast.from_pretrained(tmp_path)
     hf = tiny_random_hf("llama", True, seed=0)
-    hf.config.architectures = [type(hf).__name__]
     model = interp.Model(hf)  # built first, then the bridge rewires the same HF model in place
-    br = TransformerBridge.boot_transformers("x", hf_model=hf, tokenizer=tok, device="cpu")
+    br, _ = tl_bridge("llama", True, tmp_path, hf=hf)
     with pytest.raises(UnsupportedModelError, match="TransformerLens TransformerBridge"):
         interp.Model(br)
     with pytest.raises(InterventionError, match="did not apply"):

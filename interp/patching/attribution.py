@@ -37,7 +37,7 @@ from ..hooks.interventions import Intervention
 from ..types import Site, SiteKind
 from .cells import GRID_SITES
 from .pairs import PatchPair
-from .run import PatchingConfig, PatchingResult, SiteGrid, _metric, _nested, run_patching
+from .run import PatchingConfig, PatchingResult, SiteGrid, _metric, _nested, run_patching, sides
 
 METHODS = ("atp", "atp-qk")
 
@@ -189,11 +189,7 @@ def run_attribution(model, pairs: Sequence[PatchPair], config: PatchingConfig | 
     pairs = list(pairs)
     _check_pairs(model, pairs)
     spec = model.spec
-    denoise = config.direction == "denoising"
-    base_seqs = [p.corrupt if denoise else p.clean for p in pairs]
-    donor_seqs = [p.clean if denoise else p.corrupt for p in pairs]
-    lengths = np.array([p.n for p in pairs])
-    T = int(lengths.max())
+    base_seqs, donor_seqs, lengths, T = sides(pairs, config.direction)
     labels = np.arange(-T, 0)
     qk = method == "atp-qk" and any(s in ("q", "k") for s in config.sites)
     kinds = {GRID_SITES[s][0].value for s in config.sites} | ({"q", "k", "v", "head_out"} if qk else set())

@@ -28,9 +28,9 @@ import torch
 from ..errors import InvalidInputError
 from ..hooks.capture import Capture
 from ..hooks.interventions import Intervention
-from ..types import HeadId, Site, as_heads
+from ..types import Site, as_heads
 from .pairs import PatchPair
-from .run import PatchingConfig, _check_pairs, _metric
+from .run import PatchingConfig, _check_pairs, _metric, sides
 
 VIAS = ("q", "k", "v", "logits")
 
@@ -126,9 +126,7 @@ def run_path_patching(model, pairs: Sequence[PatchPair], senders, receivers=(), 
         bad = [f"{r} (sender {s})" for r in receivers for s in senders if r.layer <= s.layer]
         if bad:
             raise InvalidInputError(f"receivers must sit in later layers than every sender: {', '.join(bad)}")
-    denoise = config.direction == "denoising"
-    base_seqs = [p.corrupt if denoise else p.clean for p in pairs]
-    donor_seqs = [p.clean if denoise else p.corrupt for p in pairs]
+    base_seqs, donor_seqs, _, _ = sides(pairs, config.direction)
     L, P = spec.n_layers, len(pairs)
     outs = [Site(l, "head_out") for l in range(L)]
     with torch.no_grad():

@@ -190,6 +190,15 @@ def _capture_run(model, donor_batch, sites: tuple[str, ...]) -> dict[str, dict[i
     return {k: {l: cap[Site(l, k)] for l in range(model.spec.n_layers)} for k in kinds}, last
 
 
+def sides(pairs, direction: str):
+    """(base prompts, donor prompts, lengths, max length): denoising runs the corrupt prompts with clean
+    activations; noising the reverse."""
+    denoise = direction == "denoising"
+    lengths = np.array([p.n for p in pairs])
+    return ([p.corrupt if denoise else p.clean for p in pairs], [p.clean if denoise else p.corrupt for p in pairs],
+            lengths, int(lengths.max()))
+
+
 def _check_pairs(model, pairs) -> None:
     if not pairs:
         raise InvalidInputError("no clean/corrupt pairs to patch")
@@ -211,11 +220,7 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
     pairs = list(pairs)
     _check_pairs(model, pairs)
     spec = model.spec
-    denoise = config.direction == "denoising"
-    base_seqs = [p.corrupt if denoise else p.clean for p in pairs]
-    donor_seqs = [p.clean if denoise else p.corrupt for p in pairs]
-    lengths = np.array([p.n for p in pairs])
-    T = int(lengths.max())
+    base_seqs, donor_seqs, lengths, T = sides(pairs, config.direction)
     if config.align == "anchor":
         missing = [p.source or str(i) for i, p in enumerate(pairs) if p.anchor is None]
         if missing:
