@@ -18,7 +18,7 @@ import torch
 
 import interp
 from interp import stats
-from interp.experiments import (NiahTask, PromptItem, PromptTask, baseline, compare, head_ablation,
+from interp.experiments import (PromptItem, PromptTask, baseline, compare, head_ablation,
                                 random_head_controls, resolve_heads, run_conditions, run_niah)
 from interp.hooks.interventions import AblateHeads, ZeroRopeDims
 from interp.loading import bundled_models
