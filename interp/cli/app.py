@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 import typer
+
+from .common import dumps
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Mechanistic interpretability of open-weight language models.")
@@ -44,7 +45,7 @@ def models(as_json: bool = JsonOpt):
 
     entries = list_models()
     if as_json:
-        typer.echo(json.dumps([asdict(e) for e in entries], indent=2))
+        typer.echo(dumps([asdict(e) for e in entries], indent=2))
         return
     from rich.console import Console
     from rich.table import Table
@@ -68,7 +69,7 @@ def info(model: Optional[str] = ModelOpt, as_json: bool = JsonOpt,
     spec = spec_from_config(name) if config_only else load_model(name, device="cpu").spec
     d = spec.to_dict()
     if as_json:
-        typer.echo(json.dumps({"model": name, "spec": d}, indent=2))
+        typer.echo(dumps({"model": name, "spec": d}, indent=2))
         return
     from rich.console import Console
     from rich.table import Table

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 import typer
 
 from ..errors import InvalidInputError
-from .common import out_dir, parse_ints, progress_bar, write_json, write_table
+from .common import dumps, out_dir, parse_ints, progress_bar, write_json, write_table
 from .retrieval_cmds import BATCH, DEVICE, DTYPE, JSON, MODEL, OUT, _model, detect_app
 
 SEED = typer.Option(0, "--seed", help="Seed of the random tokens / texts, token samples, control draws, bootstrap.")
@@ -43,7 +42,7 @@ def _run(model, device, dtype, out, command: str, steps, analyse, figures, print
     for stem, fig in figures(d).items():
         write_html(fig, o / f"{stem}.html")
     if as_json:
-        typer.echo(json.dumps(d))
+        typer.echo(dumps(d))
     else:
         printer(d, o)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Optional
@@ -10,7 +9,7 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import out_dir, parse_ints, progress_bar, write_json, write_table
+from .common import dumps, out_dir, parse_ints, progress_bar, write_json, write_table
 from .retrieval_cmds import DEVICE, DTYPE, JSON, MODEL, OUT, _model
 
 TASKS = ("niah", "repeated")
@@ -112,7 +111,7 @@ def patch(model: Optional[str] = MODEL,
     write_table(res, tmp / "patching.csv")
     with open(tmp / "pairs.jsonl", "w") as f:
         for p in ps:
-            f.write(json.dumps({"source": p.source, "clean_ids": p.clean, "corrupt_ids": p.corrupt, "answer": p.answer,
+            f.write(dumps({"source": p.source, "clean_ids": p.clean, "corrupt_ids": p.corrupt, "answer": p.answer,
                                 "wrong": p.wrong, "anchor": p.anchor, "info": p.info}) + "\n")
     from ..plotting_patching import attribution_scatter
 
@@ -122,7 +121,7 @@ def patch(model: Optional[str] = MODEL,
         f.replace(o / f.name)
     shutil.rmtree(tmp, ignore_errors=True)
     if as_json:
-        typer.echo(json.dumps(d))
+        typer.echo(dumps(d))
     elif csv:
         write_table(res, o / "patching.csv", echo=True)
     else:
@@ -147,7 +146,7 @@ def _path(model, device, dtype, pairs, task, lengths, depths, seeds, copy_length
     write_json(d, o / "path_patching.json")
     write_table(res, o / "path_patching.csv")
     if as_json:
-        typer.echo(json.dumps(d))
+        typer.echo(dumps(d))
         return
     from rich.console import Console
 

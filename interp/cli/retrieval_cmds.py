@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from ..errors import InvalidInputError
-from .common import niah_config, out_dir, progress_bar, write_json, write_table
+from .common import dumps, niah_config, out_dir, progress_bar, write_json, write_table
 
 detect_app = typer.Typer(no_args_is_help=True, help="Detect head types.")
 
@@ -93,7 +92,7 @@ def detect_retrieval(model: Optional[str] = MODEL, lengths: str = LENGTHS, depth
     o = out_dir(out, "retrieval", m.name)
     _write_detection(res, samples, m, o)
     if as_json:
-        typer.echo(json.dumps(res.to_dict()))
+        typer.echo(dumps(res.to_dict()))
     else:
         _print_detection(res, o)
 
@@ -141,7 +140,7 @@ def write_task_prompts(task, samples, m, path: Path) -> None:
         return
     with open(path, "w") as f:
         for it in task.items:
-            f.write(json.dumps({"source": it.source, "prompt": it.text, "answer": it.answer, "wrong": it.wrong,
+            f.write(dumps({"source": it.source, "prompt": it.text, "answer": it.answer, "wrong": it.wrong,
                                 "input_ids": it.ids, "answer_ids": it.answer_ids, "wrong_ids": it.wrong_ids}) + "\n")
 
 
@@ -195,7 +194,7 @@ def ablate(model: Optional[str] = MODEL,
     write_task_prompts(task, samples, m, o / "prompts.jsonl")
     plotting.write_html(plotting.metric_by_condition(d), o / "metric_by_condition.html")
     if as_json:
-        typer.echo(json.dumps(d))
+        typer.echo(dumps(d))
     elif not csv:
         _print_ablation(res, o)
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 import typer
 
 from ..errors import InvalidInputError
-from .common import niah_config, out_dir, parse_ints, progress_bar, write_json, write_table
+from .common import dumps, niah_config, out_dir, parse_ints, progress_bar, write_json, write_table
 from .retrieval_cmds import (BATCH, DEPTHS, DEVICE, DTYPE, HAYSTACK, JSON, LENGTHS, MAX_NEW, MODEL, NEEDLES, OUT,
                              SEEDS, SEPARATOR, THRESHOLD, CSV, HEADS_HELP, METRIC, PROMPTS, _model, prompt_task, resolve_target_heads,
                              write_task_prompts)
@@ -67,7 +66,7 @@ def rope_zero(model: Optional[str] = MODEL, heads: str = HEADS,
     write_task_prompts(task, samples, m, o / "prompts.jsonl")
     plotting.write_html(plotting.rope_dose_response(d), o / "rope_dose_response.html")
     if as_json:
-        typer.echo(json.dumps(d))
+        typer.echo(dumps(d))
         return
     if not csv:
         _print_rope_zero(d, o)
@@ -123,7 +122,7 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
     write_table(res, o / "rope_profile.csv")
     plotting.write_html(plotting.rope_usage_heatmap(d), o / "rope_usage.html")
     if as_json:
-        typer.echo(json.dumps(d))
+        typer.echo(dumps(d))
         return
     from rich.console import Console
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
@@ -10,7 +9,7 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import out_dir, parse_ints, progress_bar, write_json, write_table
+from .common import dumps, out_dir, parse_ints, progress_bar, write_json, write_table
 
 MODEL = typer.Option(None, "--model", "-m", help="Alias, checkpoint dir or Hub id with a tokenizer (default: the "
                      "bundled default organism, else minilm-l6).")
@@ -86,7 +85,7 @@ def cache(model: Optional[str] = MODEL,
     summary = {"store": str(store.path), "model": m.name, "sites": store.sites, "n_tokens": store.n_tokens,
                "n_sequences": store.n_sequences, "shards": len(store.shards), "complete": store.complete}
     if as_json:
-        typer.echo(json.dumps(summary))
+        typer.echo(dumps(summary))
     else:
         from rich.console import Console
 
@@ -142,7 +141,7 @@ def probe(model: Optional[str] = MODEL,
     figures.write_all(r, o)
     (o / "report.md").write_text(markdown(r))
     if as_json:
-        typer.echo(json.dumps(r))
+        typer.echo(dumps(r))
     else:
         _print_probes(r, o)
 

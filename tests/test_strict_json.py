@@ -1,0 +1,53 @@
+"""Every JSON the CLI writes parses with a strict parser: no NaN / Infinity literals. Non-finite
+numbers become null, and the dict that held them names them in "nonfinite"."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from interp.cli.common import dumps, strict
+
+from .helpers import run_cli
+
+
+def _strict_load(text: str):
+    def refuse(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_strict_replaces_non_finite_numbers_and_names_them():
+    d = strict({"cohens_d": -math.inf, "p": 0.5, "rows": [1.0, math.nan], "inner": {"x": math.inf}})
+    assert d == {"cohens_d": None, "p": 0.5, "rows": [1.0, None], "inner": {"x": None, "nonfinite": {"x": "inf"}},
+                 "nonfinite": {"cohens_d": "-inf"}}
+    _strict_load(dumps({"a": math.nan}))
+    with pytest.raises(ValueError):
+        _strict_load(json.dumps({"a": math.nan}))  # what plain json.dumps would have written
+
+
+@pytest.mark.parametrize("args", [
+    # masking the retrieval heads takes recall 1 -> 0 on every prompt: d_z = -inf
+    ["ablate", "-m", "tiny-qwen2", "--heads", "L2H4,L2H5,L2H6,L2H7", "--lengths", "256", "--depths", "0.5",
+     "--seeds", "2", "--draws", "1"],
+    ["detect", "induction", "-m", "tiny-random-gpt2", "--lengths", "6", "--seqs", "3", "--heads", "L1H1",
+     "--draws", "1", "--copy-tokens", "40", "--n-boot", "100"],
+    ["patch", "-m", "tiny-llama", "--task", "repeated", "--seeds", "3", "--copy-length", "6", "--site",
+     "resid_pre", "--n-boot", "50"],
+    ["patch", "-m", "tiny-llama", "--task", "repeated", "--seeds", "3", "--copy-length", "6", "--site",
+     "head_out", "--method", "atp-qk", "--verify-top", "2", "--verify-sample", "2", "--n-boot", "50"],
+])
+def test_every_result_json_is_strict(args, tmp_path, capsys):
+    o = tmp_path / "o"
+    code, out, err = run_cli(args + ["--out", str(o), "--json"], capsys)
+    assert code == 0, err
+    _strict_load(out)
+    files = sorted(o.glob("*.json"))
+    assert files
+    for f in files:
+        _strict_load(f.read_text())
+    if args[0] == "ablate":
+        target = _strict_load((o / "ablation.json").read_text())["conditions"][1]["vs_baseline"]["recall"]
+        assert target["cohens_d"] is None and target["nonfinite"] == {"cohens_d": "-inf"}
