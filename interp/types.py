@@ -131,11 +131,19 @@ def as_head(h: HeadLike) -> HeadId:
 
 
 def as_heads(heads: Iterable[HeadLike] | str) -> tuple[HeadId, ...]:
-    """Normalise heads; a string may hold a comma-separated list ('L3H1,L5H0')."""
+    """Normalise heads (sorted, each once; a head listed twice is an error); a string may hold a
+    comma-separated list ('L3H1,L5H0')."""
     if isinstance(heads, str):
         heads = [p for p in heads.split(",") if p.strip()]
-    out = tuple(sorted({as_head(h) for h in heads}))
-    return out
+    parsed = [as_head(h) for h in heads]
+    seen, dup = set(), []
+    for h in parsed:
+        if h in seen and h not in dup:
+            dup.append(h)
+        seen.add(h)
+    if dup:  # merging them silently would hide a typo (and change the control's head count)
+        raise InvalidInputError(f"head(s) {', '.join(map(str, dup))} listed more than once")
+    return tuple(sorted(seen))
 
 
 @dataclass(frozen=True)

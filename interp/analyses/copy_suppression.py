@@ -69,6 +69,8 @@ class CopySuppressionConfig:
             raise InvalidInputError(f"unknown ablation mode {self.mode!r}; valid: {', '.join(ABLATION_MODES)}")
         if not 0.0 <= self.min_attention <= 1.0:
             raise InvalidInputError("min_attention must lie in [0, 1]")
+        if self.k < 1:
+            raise InvalidInputError(f"k must be >= 1 (the top/bottom-k of the circuit scores), got {self.k}")
         if self.n_candidates < 0 or self.batch_size < 1:
             raise InvalidInputError("n_candidates must be >= 0 and batch_size >= 1")
 

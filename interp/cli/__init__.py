@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> None:
     from ..errors import InterpError
 
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)  # non-standalone click returns typer.Exit's code
     except InterpError as e:
         from rich.console import Console
 
@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> None:
         if type(e).__name__ == "Abort":
             sys.exit(1)
         raise
+    if isinstance(rc, int) and rc != 0:
+        sys.exit(rc)
 
 
 __all__ = ["app", "main"]

@@ -30,6 +30,8 @@ def parse_floats(text: str, what: str) -> tuple[float, ...]:
 def niah_config(lengths: str, depths: str, seeds: int, haystack, needles, separator: str, max_new_tokens):
     from ..tasks.niah import NiahConfig
 
+    if max_new_tokens is not None and max_new_tokens < 1:
+        raise InvalidInputError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
     for f, flag in ((haystack, "--haystack"), (needles, "--needles")):
         if f is not None and not Path(f).is_file():
             raise InvalidInputError(f"{flag} {f}: no such file")

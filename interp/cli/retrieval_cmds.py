@@ -32,7 +32,16 @@ def _model(name, device, dtype):
     from ..loading import load_model
     from .app import _default_model
 
-    return load_model(name or _default_model(), device=device, dtype=dtype)
+    return load_model(_model_name(name, _default_model), device=device, dtype=dtype)
+
+
+def _model_name(name, default) -> str:
+    """--model as given, the default when it is not given; an empty or blank name is an error."""
+    if name is None:
+        return default()
+    if not name.strip():
+        raise InvalidInputError("--model is empty; give an alias (see `interp models`), a directory or a Hub id")
+    return name
 
 
 def _detect(model, niah, threshold, all_samples, batch_size, sink, recent):
@@ -86,6 +95,9 @@ def detect_retrieval(model: Optional[str] = MODEL, lengths: str = LENGTHS, depth
                      batch_size: int = BATCH, device: Optional[str] = DEVICE, dtype: Optional[str] = DTYPE,
                      out: Optional[str] = OUT, as_json: bool = JSON):
     """Wu et al. retrieval scores per query head from NIAH decoding (plus a streaming score)."""
+    check_threshold(threshold)
+    if sink < 0 or recent < 0:
+        raise InvalidInputError(f"--sink and --recent must be >= 0 (got {sink}, {recent})")
     niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
     m = _model(model, device, dtype)
     res, samples = _detect(m, niah, threshold, all_samples, batch_size, sink, recent)
@@ -97,11 +109,21 @@ def detect_retrieval(model: Optional[str] = MODEL, lengths: str = LENGTHS, depth
         _print_detection(res, o)
 
 
+def check_threshold(threshold: float) -> None:
+    import math
+
+    if not math.isfinite(threshold):
+        raise InvalidInputError(f"--threshold must be a finite number, got {threshold}")
+
+
 def resolve_target_heads(heads: str, m, niah, threshold: float, from_dir, batch_size: int, o: Path, seed: int,
                          n_heads=None):
     """--heads through the library's resolve_heads; a retrieval detection run now is written into `o`."""
     from ..experiments import resolve_heads
 
+    check_threshold(threshold)
+    if n_heads is not None and n_heads < 1:
+        raise InvalidInputError(f"--n-heads must be >= 1, got {n_heads}")
     sel = resolve_heads(heads, m, niah=niah, threshold=threshold, from_dir=from_dir, batch_size=batch_size,
                         seed=seed, n_heads=n_heads)
     if sel.detector_samples is not None:

@@ -38,7 +38,9 @@ def _default_text_model() -> str:
 def _load(name: Optional[str], device, dtype):
     from ..loading import load_model
 
-    return load_model(name or _default_text_model(), device=device, dtype=dtype)
+    from .retrieval_cmds import _model_name
+
+    return load_model(_model_name(name, _default_text_model), device=device, dtype=dtype)
 
 
 def _data(data: Optional[str], n: Optional[int], text_key: str, seed: int = 0):

@@ -109,7 +109,7 @@ def resolve_heads(spec_text: str | Sequence, model, *, niah=None, threshold: flo
                              {"threshold": res.threshold, "n_heads": len(res.induction_heads)}, res)
     if spec_text == "random":
         total = spec.n_layers * spec.n_heads
-        k = n_heads or max(1, total // 10)
+        k = max(1, total // 10) if n_heads is None else n_heads
         if not 1 <= k <= total:
             raise InvalidInputError(f"--n-heads must be in 1..{total}")
         rng = random.Random(seed)

@@ -1,0 +1,36 @@
+"""Nonsense option values are refused (exit 2, one line, no results), not read as `x or default`."""
+
+from __future__ import annotations
+
+import pytest
+
+from .helpers import run_cli
+
+CASES = [  # (args, message): one line each, so adding a case is one line
+    (["detect", "retrieval", "--threshold", "nan"], "--threshold must be a finite number"),
+    (["ablate", "--threshold", "inf"], "--threshold must be a finite number"),
+    (["detect", "retrieval", "--sink", "-1"], "--sink and --recent must be >= 0"),
+    (["detect", "retrieval", "--recent", "-5"], "--sink and --recent must be >= 0"),
+    (["detect", "retrieval", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+    (["ablate", "--heads", "random", "--n-heads", "0"], "--n-heads must be >= 1"),
+    (["ablate", "--heads", "L1H2,L0H0,L1H2"], "L1H2 listed more than once"),
+    (["ablate", "--model", ""], "--model is empty"),
+    (["probe", "--model", "  "], "--model is empty"),
+    (["detect", "copy-suppression", "--k", "0"], "k must be >= 1"),
+    (["patch", "--method", "atp", "--verify-top", "-1"], "--verify-top and --verify-sample must be >= 0"),
+    (["patch", "--method", "bogus"], "--method 'bogus'"),
+]
+
+
+@pytest.mark.parametrize("args,msg", CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_nonsense_values_exit_2(args, msg, capsys, tmp_path):
+    o = tmp_path / "o"
+    code, _, err = run_cli(args + ["--out", str(o)], capsys)
+    assert code == 2, err
+    assert msg in err and "Traceback" not in err and len(err.splitlines()) <= 1, err
+    assert not o.exists() or not any(o.iterdir())
+
+
+def test_organisms_build_of_an_unknown_name_exits_non_zero(capsys):
+    code, _, err = run_cli(["organisms", "build", "nosuch"], capsys)
+    assert code not in (0, None), err
