@@ -34,3 +34,25 @@ def test_nonsense_values_exit_2(args, msg, capsys, tmp_path):
 def test_organisms_build_of_an_unknown_name_exits_non_zero(capsys):
     code, _, err = run_cli(["organisms", "build", "nosuch"], capsys)
     assert code not in (0, None), err
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["detect", "retrieval", "-m", "tiny-gpt2", "--lengths", "1100"], "learned positions for"),
+    (["ablate", "--lengths", "99999999999"], "over the 1,048,576-token limit"),
+    (["patch", "-m", "tiny-gpt2", "--task", "niah", "--lengths", "5000"], "learned positions for"),
+])
+def test_contexts_the_model_cannot_take_are_refused(args, msg, capsys, tmp_path):
+    code, _, err = run_cli(args + ["--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and msg in err and "Traceback" not in err, err
+
+
+def test_contexts_past_the_trained_length_of_a_rope_model_warn():
+    import warnings  # noqa: F401
+
+    import interp
+    from interp.tasks.niah import NiahConfig, check_context
+
+    spec = interp.load_model("tiny-qwen2").spec
+    assert check_context(spec, NiahConfig(context_lengths=(512,))) == []
+    (w,) = check_context(spec, NiahConfig(context_lengths=(spec.max_positions + 10,)))
+    assert "past" in w and str(spec.max_positions) in w

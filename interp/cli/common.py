@@ -40,6 +40,17 @@ def niah_config(lengths: str, depths: str, seeds: int, haystack, needles, separa
                       separator=separator.encode().decode("unicode_escape"), max_new_tokens=max_new_tokens)
 
 
+def niah_for_model(m, niah):
+    """Check the NIAH grid against the model (refuse, or warn on stderr past the trained length)."""
+    from rich.console import Console
+
+    from ..tasks.niah import check_context
+
+    for w in check_context(m.spec, niah):
+        Console(stderr=True).print(f"[yellow]warning[/]: {w}", highlight=False)
+    return niah
+
+
 def out_dir(out: str | None, command: str, model: str) -> Path:
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")

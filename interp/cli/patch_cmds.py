@@ -17,7 +17,7 @@ TASKS = ("niah", "repeated")
 
 def _pairs(m, pairs_file, task, lengths, depths, seeds, copy_length, seed):
     from ..patching import niah_pairs, read_pairs, repeated_pairs
-    from .common import niah_config
+    from .common import niah_config, niah_for_model
 
     if pairs_file is not None and task is not None:
         raise InvalidInputError("give --pairs FILE or --task, not both")
@@ -29,7 +29,8 @@ def _pairs(m, pairs_file, task, lengths, depths, seeds, copy_length, seed):
     if task == "niah":
         if m.tokenizer is None:
             raise InvalidInputError("the niah task needs a tokenizer: this model was loaded without one")
-        return niah_pairs(m.tokenizer, niah_config(lengths, depths, seeds, None, None, "\\n", None), seed)
+        niah = niah_for_model(m, niah_config(lengths, depths, seeds, None, None, "\\n", None))
+        return niah_pairs(m.tokenizer, niah, seed)
     return repeated_pairs(m, length=copy_length, n=seeds, seed=seed)
 
 

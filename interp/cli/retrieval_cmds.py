@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import dumps, niah_config, out_dir, progress_bar, write_json, write_table
+from .common import dumps, niah_config, niah_for_model, out_dir, progress_bar, write_json, write_table
 
 detect_app = typer.Typer(no_args_is_help=True, help="Detect head types.")
 
@@ -100,6 +100,7 @@ def detect_retrieval(model: Optional[str] = MODEL, lengths: str = LENGTHS, depth
         raise InvalidInputError(f"--sink and --recent must be >= 0 (got {sink}, {recent})")
     niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
     m = _model(model, device, dtype)
+    niah_for_model(m, niah)
     res, samples = _detect(m, niah, threshold, all_samples, batch_size, sink, recent)
     o = out_dir(out, "retrieval", m.name)
     _write_detection(res, samples, m, o)
@@ -200,6 +201,8 @@ def ablate(model: Optional[str] = MODEL,
     niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
     m = _model(model, device, dtype)
     task = prompt_task(m, prompts, metric)
+    if task is None:  # the NIAH grid is only built when no --prompts are given
+        niah_for_model(m, niah)
     o = out_dir(out, "ablate", m.name)
     target, source, detection = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed,
                                                      n_heads)

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import dumps, niah_config, out_dir, parse_ints, progress_bar, write_json, write_table
+from .common import dumps, niah_config, niah_for_model, out_dir, parse_ints, progress_bar, write_json, write_table
 from .retrieval_cmds import (BATCH, DEPTHS, DEVICE, DTYPE, HAYSTACK, JSON, LENGTHS, MAX_NEW, MODEL, NEEDLES, OUT,
                              SEEDS, SEPARATOR, THRESHOLD, CSV, HEADS_HELP, METRIC, PROMPTS, _model, prompt_task, resolve_target_heads,
                              write_task_prompts)
@@ -46,6 +46,8 @@ def rope_zero(model: Optional[str] = MODEL, heads: str = HEADS,
     m = _model(model, device, dtype)
     require_rope(m.spec)
     task = prompt_task(m, prompts, metric)
+    if task is None:  # the NIAH grid is only built when no --prompts are given
+        niah_for_model(m, niah)
     o = out_dir(out, "rope-zero", m.name)
     target, source, _ = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed)
     cfg = RopeZeroConfig(heads=tuple(target), niah=niah, band=band_arg if isinstance(band_arg, str) else "explicit",

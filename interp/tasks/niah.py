@@ -126,6 +126,30 @@ def _corpus_sentences(seed: int):
         yield make_sentence(r)
 
 
+MAX_CONTEXT = 1 << 20  # no NIAH prompt longer than this is built (a typo like 99999999999 would never finish)
+
+
+def check_context(spec, config: NiahConfig) -> list[str]:
+    """Refuse contexts a model cannot take; return warnings for those past its trained length.
+
+    Learned absolute positions (GPT-2) have no embedding past `max_positions`: refused. RoPE models
+    run past it but were not trained there: a warning (callers record it). Anything over
+    MAX_CONTEXT tokens is refused outright."""
+    longest = max(config.context_lengths)
+    if longest > MAX_CONTEXT:
+        raise InvalidInputError(f"context length {longest} is over the {MAX_CONTEXT:,}-token limit of NIAH prompts")
+    limit = getattr(spec, "max_positions", None)
+    need = longest + (config.max_new_tokens or 8)  # the answer is decoded after the prompt
+    if limit is None or need <= limit:
+        return []
+    if spec.positional == "learned":
+        raise InvalidInputError(f"{spec.architecture} has learned positions for {limit} tokens; context length "
+                                f"{longest} plus the decoded answer needs {need}: use --lengths <= "
+                                f"{limit - (config.max_new_tokens or 8)}")
+    return [f"context length {longest} (+ answer) is past {spec.architecture}'s max_position_embeddings {limit}: "
+            "the model was not trained there"]
+
+
 def build_niah(tokenizer, config: NiahConfig) -> list[NiahSample]:
     """All samples of a NIAH grid, ordered by (context_length, depth, seed)."""
     if tokenizer is None:
