@@ -56,3 +56,21 @@ def test_contexts_past_the_trained_length_of_a_rope_model_warn():
     assert check_context(spec, NiahConfig(context_lengths=(512,))) == []
     (w,) = check_context(spec, NiahConfig(context_lengths=(spec.max_positions + 10,)))
     assert "past" in w and str(spec.max_positions) in w
+
+
+def test_a_failed_run_leaves_out_as_it_was(tmp_path, capsys):
+    """ablate detects heads first (and stages their files), then finds none above the threshold and
+    fails: --out keeps exactly what it held, and no staging folder is left beside it."""
+    o = tmp_path / "o"
+    o.mkdir()
+    (o / "notes.txt").write_text("mine")
+    code, _, err = run_cli(["ablate", "-m", "tiny-qwen2", "--lengths", "256", "--depths", "0.5", "--seeds", "1",
+                            "--threshold", "2", "--out", str(o)], capsys)
+    assert code == 2 and "no heads to ablate" in err, err
+    assert sorted(p.name for p in o.iterdir()) == ["notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]
+    code, _, err = run_cli(["ablate", "-m", "tiny-qwen2", "--heads", "L2H4", "--lengths", "256", "--depths", "0.5",
+                            "--seeds", "2", "--draws", "1", "--out", str(o)], capsys)
+    assert code == 0, err
+    assert {"notes.txt", "ablation.json", "ablation.csv", "prompts.jsonl"} <= {p.name for p in o.iterdir()}
+    assert f"written to {o}/" in err and sorted(p.name for p in tmp_path.iterdir()) == ["o"]

@@ -13,9 +13,12 @@ from .app import app
 
 def main(argv: list[str] | None = None) -> None:
     from ..errors import InterpError
+    from .common import commit_staged
 
+    ok = False
     try:
         rc = app(args=argv, standalone_mode=False)  # non-standalone click returns typer.Exit's code
+        ok = not (isinstance(rc, int) and rc != 0)
     except InterpError as e:
         from rich.console import Console
 
@@ -31,6 +34,8 @@ def main(argv: list[str] | None = None) -> None:
         if type(e).__name__ == "Abort":
             sys.exit(1)
         raise
+    finally:
+        commit_staged(ok)  # a failed run leaves --out as it was
     if isinstance(rc, int) and rc != 0:
         sys.exit(rc)
 

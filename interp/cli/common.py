@@ -51,15 +51,55 @@ def niah_for_model(m, niah):
     return niah
 
 
-def out_dir(out: str | None, command: str, model: str) -> Path:
+_STAGED: list[tuple[Path, Path]] = []  # (staging folder, --out) of this CLI call
+
+
+def out_dir(out: str | None, command: str, model: str, staged: bool = True) -> Path:
+    """The folder a command writes into. Staged (the default): a hidden sibling of --out, whose files
+    `commit_staged` moves into --out only when the command succeeds, so a failed run leaves --out as
+    it was. Unstaged (the activation store, which has its own atomic shards and resume): --out itself."""
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = Path("runs") / f"{command}-{Path(model).name}-{stamp}"
     p = Path(out)
     if p.exists() and not p.is_dir():
         raise InvalidInputError(f"--out {out} exists and is not a directory")
-    p.mkdir(parents=True, exist_ok=True)
-    return p
+    if not staged:
+        p.mkdir(parents=True, exist_ok=True)
+        return p
+    for stage, final in _STAGED:
+        if final == p:
+            return stage
+    import os
+    import shutil
+
+    stage = p.parent / f".{p.name}.partial-{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir(parents=True)
+    _STAGED.append((stage, p))
+    return stage
+
+
+def final_path(o: Path) -> Path:
+    """--out for a staging folder (what messages and result files should name)."""
+    return next((final for stage, final in _STAGED if stage == o), o)
+
+
+def commit_staged(ok: bool) -> None:
+    """Move the staged files into --out (ok) or drop them (a failed run)."""
+    import os
+    import shutil
+
+    while _STAGED:
+        stage, final = _STAGED.pop()
+        if ok and stage.is_dir():
+            final.mkdir(parents=True, exist_ok=True)
+            for f in sorted(stage.iterdir()):
+                dest = final / f.name
+                if dest.is_dir() and not dest.is_symlink():
+                    shutil.rmtree(dest)
+                os.replace(f, dest)
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def strict(obj):

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import dumps, out_dir, parse_ints, progress_bar, write_json, write_table
+from .common import dumps, final_path, out_dir, parse_ints, progress_bar, write_json, write_table
 from .retrieval_cmds import BATCH, DEVICE, DTYPE, JSON, MODEL, OUT, _model, detect_app
 
 SEED = typer.Option(0, "--seed", help="Seed of the random tokens / texts, token samples, control draws, bootstrap.")
@@ -114,7 +114,7 @@ def _print_induction(d: dict, out) -> None:
                       "-" if v is None else f"{v['diff']:+.3f} [{v['diff_lo']:+.3f}, {v['diff_hi']:+.3f}]",
                       f"{cond['estimates']['icl']['mean']:+.3f}")
         c.print(t)
-    c.print(f"written to {out}/")
+    c.print(f"written to {final_path(out)}/")
 
 
 @detect_app.command("copy-suppression")
@@ -179,4 +179,4 @@ def _print_copy_suppression(d: dict, out) -> None:
                       _fmt(cand["self_repair_fraction"], ".2f"), "yes" if cand["is_copy_suppression"] else "no")
         c.print(t)
     c.print(d["summary"])
-    c.print(f"written to {out}/")
+    c.print(f"written to {final_path(out)}/")

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from ..errors import InvalidInputError
-from .common import dumps, out_dir, parse_ints, progress_bar, write_json, write_table
+from .common import dumps, final_path, out_dir, parse_ints, progress_bar, write_json, write_table
 from .retrieval_cmds import DEVICE, DTYPE, JSON, MODEL, OUT, _model
 
 TASKS = ("niah", "repeated")
@@ -104,23 +103,18 @@ def patch(model: Optional[str] = MODEL,
 
             res = run_attribution(m, ps, cfg, method=method, verify_top=verify_top, verify_sample=verify_sample,
                                   progress=advance)
-    o = out_dir(out, "patch", m.name)
-    tmp = o / ".partial"
-    tmp.mkdir(exist_ok=True)
+    o = out_dir(out, "patch", m.name)  # staged: the files reach --out when the command succeeds
     d = res.to_dict()
-    write_json(d, tmp / "patching.json")
-    write_table(res, tmp / "patching.csv")
-    with open(tmp / "pairs.jsonl", "w") as f:
+    write_json(d, o / "patching.json")
+    write_table(res, o / "patching.csv")
+    with open(o / "pairs.jsonl", "w") as f:
         for p in ps:
             f.write(dumps({"source": p.source, "clean_ids": p.clean, "corrupt_ids": p.corrupt, "answer": p.answer,
                                 "wrong": p.wrong, "anchor": p.anchor, "info": p.info}) + "\n")
     from ..plotting_patching import attribution_scatter
 
     for stem, fig in {**patching_heatmaps(d), **attribution_scatter(d)}.items():
-        write_html(fig, tmp / f"{stem}.html")
-    for f in tmp.iterdir():  # results appear together, after everything was computed
-        f.replace(o / f.name)
-    shutil.rmtree(tmp, ignore_errors=True)
+        write_html(fig, o / f"{stem}.html")
     if as_json:
         typer.echo(dumps(d))
     elif csv:
@@ -160,7 +154,7 @@ def _path(model, device, dtype, pairs, task, lengths, depths, seeds, copy_length
         c.print(f"  {name}: {e['mean']:+.3f}{ci}")
     if res.receiver_inputs:
         c.print(f"  patched in pass 2: {'; '.join(res.receiver_inputs)}")
-    c.print(f"written to {o}/")
+    c.print(f"written to {final_path(o)}/")
 
 
 def _print(d: dict, out) -> None:
@@ -198,4 +192,4 @@ def _print(d: dict, out) -> None:
                     + (f"; largest effect in the random sample {miss['exact']:+.3f} at {miss['cell']}" if miss else ""))
             for w in v["sign_warnings"]:
                 c.print(f"  [yellow]warning[/]: the estimate has the wrong sign on a top cell: {w}")
-    c.print(f"written to {out}/")
+    c.print(f"written to {final_path(out)}/")

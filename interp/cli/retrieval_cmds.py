@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import dumps, niah_config, niah_for_model, out_dir, progress_bar, write_json, write_table
+from .common import dumps, final_path, niah_config, niah_for_model, out_dir, progress_bar, write_json, write_table
 
 detect_app = typer.Typer(no_args_is_help=True, help="Detect head types.")
 
@@ -81,7 +81,7 @@ def _print_detection(res, out):
             f"({100 * len(res.heads) / n_total:.1f}%): {', '.join(res.heads[:20])}{' ...' if len(res.heads) > 20 else ''}")
     c.print("per layer: " + " ".join(f"L{l}:{n}" for l, n in enumerate(res.per_layer)))
     c.print("sweep: " + "  ".join(f">{s['threshold']}:{s['n_heads']}" for s in res.sweep))
-    c.print(f"written to {out}/")
+    c.print(f"written to {final_path(out)}/")
 
 
 @detect_app.command("retrieval")
@@ -129,7 +129,7 @@ def resolve_target_heads(heads: str, m, niah, threshold: float, from_dir, batch_
                         seed=seed, n_heads=n_heads)
     if sel.detector_samples is not None:
         _write_detection(sel.detector_result, sel.detector_samples, m, o)
-        sel.detection["file"] = str(o / "retrieval.json")
+        sel.detection["file"] = str(final_path(o) / "retrieval.json")
     return sel.heads, sel.source, sel.detection
 
 
@@ -260,4 +260,4 @@ def _print_ablation(res, out):
         c.print(f"note: the random control heads write {target.head_write_rel / np.mean(rnd):.1f}x less into the "
                 "residual stream than the target heads (ablation.json head_write_norm); masking heads that "
                 "write little is a weak control")
-    c.print(f"written to {out}/")
+    c.print(f"written to {final_path(out)}/")

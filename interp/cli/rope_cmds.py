@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import dumps, niah_config, niah_for_model, out_dir, parse_ints, progress_bar, write_json, write_table
+from .common import dumps, final_path, niah_config, niah_for_model, out_dir, parse_ints, progress_bar, write_json, write_table
 from .retrieval_cmds import (BATCH, DEPTHS, DEVICE, DTYPE, HAYSTACK, JSON, LENGTHS, MAX_NEW, MODEL, NEEDLES, OUT,
                              SEEDS, SEPARATOR, THRESHOLD, CSV, HEADS_HELP, METRIC, PROMPTS, _model, prompt_task, resolve_target_heads,
                              write_task_prompts)
@@ -95,7 +95,7 @@ def _print_rope_zero(d, o):
         t.add_row(str(r["dose"]), _fmt(r["target"]), _fmt(r["random_pooled"]), _fmt(r["matched_pooled"]), loss)
     c = Console(stderr=True)
     c.print(t)
-    c.print(f"written to {o}/")
+    c.print(f"written to {final_path(o)}/")
 
 
 def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Optional[str] = FROM,
@@ -137,4 +137,4 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
                 f"layer-clustered permutation p = {p['p_value']:.3g}")
     else:
         c.print("no comparison: every head or no head is labelled retrieval")
-    c.print(f"written to {o}/")
+    c.print(f"written to {final_path(o)}/")

@@ -125,12 +125,12 @@ def probe(model: Optional[str] = MODEL,
         m = _load(model or st.model.get("name"), device, model_dtype) if (model or heads) else None
         if m is not None:
             st.check_model(m)
-        o = out_dir(out, "probe", (m.name if m else st.model.get("name")) or "store")
+        o = out_dir(out, "probe", (m.name if m else st.model.get("name")) or "store", staged=False)
     else:
         m = _load(model, device, model_dtype)
         d = _data(data, n_sequences, text_key, seed)
         ccfg = CacheConfig(sites=("resid",), max_length=max_length, batch_size=batch_size)
-        o = out_dir(out, "probe", m.name)
+        o = out_dir(out, "probe", m.name, staged=False)
         st = _cache(m, d, o / "store", ccfg, overwrite=False)
     prog, advance = progress_bar(probe_steps(st, pcfg), "probes")
     with prog:
