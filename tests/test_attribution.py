@@ -188,3 +188,14 @@ def test_atp_is_exact_where_the_model_is_linear_in_the_activation():
     base = np.array(run_patching(model, pairs, cfg).base_value)
     assert np.nanmax(np.abs(exact[:, last] - base[:, None])) > 5e-5  # not vacuous: 100x the float noise
     assert np.nanmax(np.abs(est[:, :last] - exact[:, :last])) > 5e-6  # > the 1e-6 that holds at the last layer
+
+
+def test_atp_token_labels_follow_the_position_subset():
+    """The tokens of a result are indexed like its position axis (as exact patching's), also for a subset."""
+    model = interp.load_model("tiny-random-llama")
+    pairs = _pairs(n=2)
+    cfg = PatchingConfig(sites=("resid_pre",), positions=(-2, -1), normalize=False, n_boot=20)
+    atp = run_attribution(model, pairs, cfg, method="atp", verify_top=0, verify_sample=0)
+    exact = run_patching(model, pairs, cfg)
+    assert atp.sites["resid_pre"].positions == exact.sites["resid_pre"].positions == [-2, -1]
+    assert atp.tokens == exact.tokens and len(atp.tokens["clean"][0]) == 2

@@ -37,7 +37,8 @@ from ..hooks.interventions import Intervention
 from ..types import Site, SiteKind
 from .cells import GRID_SITES
 from .pairs import PatchPair
-from .run import PatchingConfig, PatchingResult, SiteGrid, _metric, _nested, run_patching, sides
+from .run import (PatchingConfig, PatchingResult, SiteGrid, _metric, _nested, axis_tokens, metric_name, run_patching,
+                  sides)
 
 METHODS = ("atp", "atp-qk")
 
@@ -205,6 +206,10 @@ def run_attribution(model, pairs: Sequence[PatchPair], config: PatchingConfig | 
     valid = np.abs(gap) >= config.min_gap
     excluded = [int(i) for i in np.nonzero(~valid)[0]] if config.normalize else []
     has_pos = np.arange(T)[None, :] >= (T - lengths)[:, None]  # [P, T]: the pair has that position
+    idx = list(range(T)) if config.positions is None else [int(p) + T for p in sorted(set(config.positions))]
+    if any(not 0 <= i < T for i in idx):
+        raise InvalidInputError(f"positions {config.positions} are not on the position axis -{T}..-1")
+    pos_labels = [int(labels[i]) for i in idx]
     grids = {}
     for site in config.sites:
         kind, axes = GRID_SITES[site]
@@ -221,13 +226,7 @@ def run_attribution(model, pairs: Sequence[PatchPair], config: PatchingConfig | 
         else:  # raw: the estimated patched metric (base + estimated change), like exact patching's raw values
             est = est + run.value.reshape(per_pair_shape)
         if config.positions is not None and "position" in axes:
-            idx = [int(p) + T for p in sorted(set(config.positions))]
-            if any(not 0 <= i < T for i in idx):
-                raise InvalidInputError(f"positions {config.positions} are not on the position axis -{T}..-1")
             est = est[:, :, idx] if est.ndim == 3 else est[:, :, idx, :]
-            pos_labels = [int(labels[i]) for i in idx]
-        else:
-            pos_labels = labels.tolist()
         shape = est.shape[1:]
         g = stats.column_mean_ci(est.reshape(len(pairs), -1), n_boot=config.n_boot, seed=config.seed)
         grids[site] = SiteGrid(
@@ -240,21 +239,16 @@ def run_attribution(model, pairs: Sequence[PatchPair], config: PatchingConfig | 
             progress(1)
     verification = _verify(model, pairs, config, grids, verify_top, verify_sample) if (verify_top or verify_sample) \
         else None
-    tok = model.tokenizer
-
-    def words(seq):
-        return [""] * (T - len(seq)) + [tok.decode([t]) if tok is not None else str(t) for t in seq]
-
     from dataclasses import asdict
 
     cfg = asdict(config)
-    cfg["metric"] = config.metric if isinstance(config.metric, str) else getattr(config.metric, "__name__", "callable")
+    cfg["metric"] = metric_name(config.metric)
     cfg.update(method=method, verify_top=verify_top, verify_sample=verify_sample)
     return PatchingResult(
         model=model.name, direction=config.direction, metric=cfg["metric"], normalized=config.normalize, sites=grids,
         n_pairs=len(pairs), pair_lengths=lengths.tolist(), base_value=run.value.tolist(),
         donor_value=donor_value.tolist(), excluded_pairs=excluded,
-        tokens={"clean": [words(p.clean) for p in pairs], "corrupt": [words(p.corrupt) for p in pairs]},
+        tokens=axis_tokens(model, pairs, lengths, np.array(pos_labels)),
         n_forward=2, n_rows=0, n_prefix_rows=0, tokens_computed=int(donor_b.input_ids.numel() * 2), align="end",
         config=cfg, provenance=provenance(model), sources=[p.source for p in pairs], method=method,
         verification=verification)

@@ -30,7 +30,7 @@ from ..hooks.capture import Capture
 from ..hooks.interventions import Intervention
 from ..types import Site, as_heads
 from .pairs import PatchPair
-from .run import PatchingConfig, _check_pairs, _metric, sides
+from .run import PatchingConfig, _check_pairs, _metric, metric_name, sides
 
 VIAS = ("q", "k", "v", "logits")
 
@@ -180,7 +180,7 @@ def run_path_patching(model, pairs: Sequence[PatchPair], senders, receivers=(), 
               f"L{l}KV{i} (feeds {', '.join(f'L{l}H{h}' for h in range(spec.n_heads) if spec.kv_head_of(h) == i)})"
               for l, hs in sorted(by_layer.items()) for i in hs]
     cfg = asdict(config)
-    cfg["metric"] = config.metric if isinstance(config.metric, str) else getattr(config.metric, "__name__", "callable")
+    cfg["metric"] = metric_name(config.metric)
     return PathResult(
         model=model.name, senders=[str(s) for s in senders], receivers=[str(r) for r in receivers], via=via,
         direction=config.direction, metric=cfg["metric"], normalized=config.normalize, effects=effects,

@@ -298,24 +298,33 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
             kv_query_heads=[[h for h in range(spec.n_heads) if spec.kv_head_of(h) == kv] for kv in range(spec.n_kv_heads)]
             if "kv_head" in axes else None)
 
-    tok = model.tokenizer
-
-    def words(seq, anchor):
-        """The pair's token at every label of the position axis ("" where it has none)."""
-        pos = anchor + labels
-        return [(tok.decode([seq[i]]) if tok is not None else str(seq[i])) if 0 <= i < len(seq) else "" for i in pos]
-
     cfg = asdict(config)
-    cfg["metric"] = config.metric if isinstance(config.metric, str) else getattr(config.metric, "__name__", "callable")
+    cfg["metric"] = metric_name(config.metric)
     cfg["tokens_per_pass"] = budget
     return PatchingResult(
         model=model.name, direction=config.direction, metric=cfg["metric"], normalized=config.normalize,
         sites=grids, n_pairs=len(pairs), pair_lengths=lengths.tolist(), base_value=base_value.tolist(),
         donor_value=donor_value.tolist(), excluded_pairs=excluded,
-        tokens={"clean": [words(p.clean, a) for p, a in zip(pairs, anchors)],
-                "corrupt": [words(p.corrupt, a) for p, a in zip(pairs, anchors)]}, align=config.align,
+        tokens=axis_tokens(model, pairs, anchors, labels), align=config.align,
         n_forward=n_forward, n_rows=n_rows, n_prefix_rows=n_prefix_rows, tokens_computed=tokens, config=cfg, provenance=provenance(model),
         sources=[p.source for p in pairs])
+
+
+def metric_name(metric) -> str:
+    return metric if isinstance(metric, str) else getattr(metric, "__name__", "callable")
+
+
+def axis_tokens(model, pairs, anchors, labels) -> dict:
+    """{"clean": [...], "corrupt": [...]}: each pair's token at every label of the position axis ("" where
+    the pair has none), the labels of the plots."""
+    tok = model.tokenizer
+
+    def words(seq, anchor):
+        return [(tok.decode([seq[i]]) if tok is not None else str(seq[i])) if 0 <= i < len(seq) else ""
+                for i in np.asarray(anchor) + np.asarray(labels)]
+
+    return {"clean": [words(p.clean, a) for p, a in zip(pairs, anchors)],
+            "corrupt": [words(p.corrupt, a) for p, a in zip(pairs, anchors)]}
 
 
 def _chunks(lengths: np.ndarray, prefix: np.ndarray, max_batch: int | None, budget: int):
