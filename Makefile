@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 
 # The main job on the bundled default model: detect retrieval heads, mask them vs matched random heads.
 demo: setup
-	$(VENV)/bin/interp ablate --heads retrieval --out runs/demo
+	$(VENV)/bin/interp ablate --heads retrieval --overwrite --out runs/demo
 
 test: setup
 	$(PY) -m pytest -q
@@ -40,27 +40,27 @@ clean:
 # The numbers in the README's results section (bundled organisms and minilm-l6), into runs/results/.
 results: setup
 	for m in tiny-qwen2 tiny-llama; do \
-		$(VENV)/bin/interp detect retrieval --model $$m --lengths 512,1024 --seeds 8 --out runs/results/$$m/retrieval && \
+		$(VENV)/bin/interp detect retrieval --model $$m --lengths 512,1024 --seeds 8 --overwrite --out runs/results/$$m/retrieval && \
 		$(VENV)/bin/interp ablate --model $$m --heads retrieval --from runs/results/$$m/retrieval \
-			--lengths 512,1024 --seeds 8 --draws 5 --out runs/results/$$m/ablate && \
+			--lengths 512,1024 --seeds 8 --draws 5 --overwrite --out runs/results/$$m/ablate && \
 		$(VENV)/bin/interp ablate --model $$m --heads retrieval --from runs/results/$$m/retrieval \
-			--lengths 512,1024 --seeds 8 --draws 10 --random-pool any --out runs/results/$$m/ablate-any && \
+			--lengths 512,1024 --seeds 8 --draws 10 --random-pool any --overwrite --out runs/results/$$m/ablate-any && \
 		$(VENV)/bin/interp rope-zero --model $$m --heads retrieval --from runs/results/$$m/retrieval \
-			--lengths 512,1024 --seeds 4 --dims 0,4,8,16,32 --out runs/results/$$m/rope-zero && \
+			--lengths 512,1024 --seeds 4 --dims 0,4,8,16,32 --overwrite --out runs/results/$$m/rope-zero && \
 		$(VENV)/bin/interp rope-profile --model $$m --heads retrieval --from runs/results/$$m/retrieval \
 			--out runs/results/$$m/rope-profile || exit 1; \
 	done
 	for m in tiny-qwen2 tiny-llama tiny-gpt2; do \
-		$(VENV)/bin/interp detect induction --model $$m --out runs/results/$$m/induction && \
-		$(VENV)/bin/interp detect copy-suppression --model $$m --out runs/results/$$m/copy-suppression || exit 1; \
+		$(VENV)/bin/interp detect induction --model $$m --overwrite --out runs/results/$$m/induction && \
+		$(VENV)/bin/interp detect copy-suppression --model $$m --overwrite --out runs/results/$$m/copy-suppression || exit 1; \
 	done
 	for m in tiny-qwen2 tiny-llama; do \
 		$(VENV)/bin/interp patch --model $$m --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --seeds 4 \
-			--site head_out,head_out_by_pos --positions=-1 --out runs/results/$$m/patch-niah-heads && \
+			--site head_out,head_out_by_pos --positions=-1 --overwrite --out runs/results/$$m/patch-niah-heads && \
 		$(VENV)/bin/interp patch --model $$m --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --seeds 4 \
-			--site resid_pre,attn_out,mlp_out --align anchor --positions=-2,-1,0,1,2 --out runs/results/$$m/patch-niah-needle && \
+			--site resid_pre,attn_out,mlp_out --align anchor --positions=-2,-1,0,1,2 --overwrite --out runs/results/$$m/patch-niah-needle && \
 		$(VENV)/bin/interp patch --model $$m --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --seeds 4 \
-			--site resid_pre,attn_out,mlp_out --positions=-3,-2,-1 --out runs/results/$$m/patch-niah-last && \
+			--site resid_pre,attn_out,mlp_out --positions=-3,-2,-1 --overwrite --out runs/results/$$m/patch-niah-last && \
 		$(VENV)/bin/interp patch --model $$m --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --seeds 4 \
 			--site head_out,head_out_by_pos --positions=-1 --method atp-qk --verify-top 6 --verify-sample 20 \
 			--out runs/results/$$m/patch-niah-heads-atp && \
@@ -72,5 +72,5 @@ results: setup
 		$(VENV)/bin/interp patch --model $$m --task repeated --seeds 16 --copy-length 20 --site resid_pre,head_out \
 			--out runs/results/$$m/patch-repeated || exit 1; \
 	done
-	$(VENV)/bin/interp probe --model minilm-l6 --out runs/results/minilm-l6/probe
-	$(VENV)/bin/interp probe --model tiny-qwen2 --out runs/results/tiny-qwen2/probe
+	$(VENV)/bin/interp probe --model minilm-l6 --overwrite --out runs/results/minilm-l6/probe
+	$(VENV)/bin/interp probe --model tiny-qwen2 --overwrite --out runs/results/tiny-qwen2/probe

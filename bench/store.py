@@ -4,10 +4,18 @@
 Part 1, write throughput (a fresh subprocess per measurement, same target directory): the same
 arrays (7 sites of [tokens, 384] float32, like MiniLM's residual stream, plus the per-token
 metadata), produced batch by batch, written
-    store      interp.store.StoreWriter: shards appended batch by batch, fsync + rename + manifest
+    store      interp.store.StoreWriter: shards appended batch by batch, fsync + rename + manifest,
+               each file's CRC-32 updated batch by batch as it is written (the default)
+    store-nosum     the same with the checksum switched off (writer._CHECKSUM_ALGO = None, bench only)
+    store-serial    the same with the CRC-32 computed in the writing thread (writer._CHECKSUM_THREAD)
+    store-sha256, store-blake2b, store-adler32   (--algos) the store with another checksum
     np.save    numpy: each shard's arrays concatenated in memory, then np.save per file
     np.save+fsync   the same, with an fsync per file (the durability the store pays for)
-Reported: MB/s (bytes of array data / wall time) and the store's ratio to np.save.
+Reported: MB/s (bytes of array data / wall time; the time includes producing the batches, which
+every writer shares), the ratio to np.save, and each checksum's cost: 1 - MB/s(store with it) /
+MB/s(store-nosum), the median over repeats of this ratio within a repeat (the variants of one
+repeat run back to back, in an order rotated every repeat, so a busy machine slows both sides of
+a ratio alike; target: crc32 < 10%).
 
 Part 2, peak memory against dataset size (a fresh subprocess per measurement): a full
 `cache_activations` run (a random-weight Qwen2, d_model 256, 4 layers, the organisms' tokenizer,
@@ -15,7 +23,8 @@ residual stream at every depth) over N and 4N tokens, versus a naive cache that 
 activation in RAM and saves at the end. Peak RSS rise over the process after loading the model
 (VmHWM after resetting it through /proc/self/clear_refs, minus VmRSS before).
 
-Usage: python bench/store.py [--tokens N] [--rss-tokens N] [--dir DIR] [--quick]
+Usage: python bench/store.py [--tokens N] [--rss-tokens N] [--dir DIR] [--quick] [--algos sha256,blake2b]
+                            [--write-only]
 Results: tables on stdout and bench/results/store-cpu.json.
 """
 
@@ -60,8 +69,15 @@ def child_write(spec: dict) -> dict:
     from interp.store import StoreWriter
 
     n, out, how = spec["tokens"], Path(spec["dir"]), spec["how"]
+    if how.startswith("store"):
+        import interp.store.writer as writer
+
+        opts = how.split("-")[1:]
+        writer._CHECKSUM_THREAD = "serial" not in opts
+        algo = ([o for o in opts if o != "serial"] or ["crc32"])[0]
+        writer._CHECKSUM_ALGO = None if algo == "nosum" else algo
     t0 = time.perf_counter()
-    if how == "store":
+    if how.startswith("store"):
         header = {"identity": {"bench": n}, "sites": {f"L{i}.resid_pre": {"shape": [D], "dtype": "float32"}
                                                       for i in range(SITES)},
                   "meta": ["tokens", "positions", "seq", "special", "category"]}
@@ -160,15 +176,21 @@ def run_child(spec: dict, timeout: float = 1800) -> dict:
     return {"error": (p.stderr or p.stdout)[-1500:]}
 
 
+def write_kinds(args) -> list[str]:
+    extra = [f"store-{a}" for a in (args.algos.split(",") if args.algos else []) if a and a != "crc32"]
+    return ["store", "store-nosum", "store-serial", *extra, "np.save", "np.save+fsync"]
+
+
 def part_write(args, root: Path) -> list[dict]:
     rows = []
+    kinds = write_kinds(args)
     for rep in range(args.repeats):
-        for how in ("store", "np.save", "np.save+fsync"):
+        for how in kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]:  # rotate the order: no fixed slot
             d = root / f"w-{how}-{rep}"
             r = run_child({"mode": "write", "how": how, "tokens": args.tokens, "dir": str(d)})
             shutil.rmtree(d, ignore_errors=True)
             rows.append({"how": how, "rep": rep, **r})
-            print(f"  {how:14s} rep {rep}: " + (f"{r['bytes'] / MiB / r['seconds']:.0f} MB/s" if "seconds" in r
+            print(f"  {how:16s} rep {rep}: " + (f"{r['bytes'] / MiB / r['seconds']:.0f} MB/s" if "seconds" in r
                                                   else r["error"]), file=sys.stderr)
     return rows
 
@@ -194,13 +216,31 @@ def report(res: dict) -> None:
 
     print(f"\nWrite throughput, {res['tokens']} tokens x {SITES} sites x {D} float32 "
           f"({res['tokens'] * SITES * D * 4 / MiB:.0f} MiB) into {res['dir']}")
-    print(f"{'writer':16s} {'MB/s (median)':>14s} {'vs np.save':>11s}")
+    print(f"{'writer':16s} {'MB/s (median)':>14s} {'vs np.save':>11s} {'checksum cost':>14s}")
     med = {}
-    for how in ("store", "np.save", "np.save+fsync"):
+    kinds = list(dict.fromkeys(r["how"] for r in res["write"]))
+    for how in kinds:
         v = [r["bytes"] / MiB / r["seconds"] for r in res["write"] if r["how"] == how and "seconds" in r]
         med[how] = statistics.median(v) if v else float("nan")
+    speed = {(r["how"], r["rep"]): r["bytes"] / MiB / r["seconds"] for r in res["write"] if "seconds" in r}
+
+    def paired(how):  # median over repeats of MB/s(how) / MB/s(store-nosum) within the repeat
+        v = [speed[how, k] / speed["store-nosum", k] for (h, k) in speed if h == how and ("store-nosum", k) in speed]
+        return statistics.median(v) if v else float("nan")
+
+    ratio = {h: paired(h) for h in med if h.startswith("store") and h != "store-nosum"}
     for how, v in med.items():
-        print(f"{how:16s} {v:14.0f} {v / med['np.save']:10.2f}x")
+        cost = f"{1 - ratio[how]:13.1%}" if how in ratio else ""
+        print(f"{how:16s} {v:14.0f} {v / med['np.save']:10.2f}x {cost:>14s}")
+    if "store" in ratio:
+        r = ratio["store"]
+        res["checksum"] = {"algo": "crc32", "store_mb_s": med["store"], "nosum_mb_s": med["store-nosum"],
+                           "paired_ratio": r, "cost": 1 - r,
+                           "cost_by_variant": {h[6:] or "crc32": 1 - v for h, v in ratio.items()}}
+        print(f"checksum (crc32): store with / without = {r:.3f} (paired median) -> costs {1 - r:.1%} of write "
+              f"throughput (target < 10%)")
+    if not res["rss"]:
+        return
     print("\nPeak RSS rise during caching (fresh process each; after model load)")
     print(f"{'tokens':>8s} {'store MiB':>10s} {'naive MiB':>10s}")
     by = {}
@@ -224,7 +264,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dir", default=None, help="scratch directory (default: a temp dir under bench/results)")
-    ap.add_argument("--quick", action="store_true", help="smaller sizes, one repeat")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes, three repeats")
+    ap.add_argument("--algos", default="", help="also time the store with these checksums (sha256,blake2b,adler32)")
+    ap.add_argument("--write-only", action="store_true", help="skip the memory part")
     ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._child:
@@ -233,20 +275,22 @@ def main():
         print("RESULT " + json.dumps(out))
         return
     if args.quick:
-        args.tokens, args.rss_tokens, args.repeats = 16384, 4096, 1
+        args.tokens, args.rss_tokens, args.repeats = 16384, 4096, 3
     (HERE / "results").mkdir(exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="store-bench-", dir=args.dir or (HERE / "results")))
     try:
         print("write throughput:", file=sys.stderr)
         write = part_write(args, root)
-        print("peak memory:", file=sys.stderr)
-        rss = part_rss(args, root)
+        rss = []
+        if not args.write_only:
+            print("peak memory:", file=sys.stderr)
+            rss = part_rss(args, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     res = {"tokens": args.tokens, "dir": str(root.parent), "write": write, "rss": rss,
            "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    report(res)  # adds the checksum summary
     (HERE / "results" / "store-cpu.json").write_text(json.dumps(res, indent=2))
-    report(res)
 
 
 if __name__ == "__main__":

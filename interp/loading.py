@@ -107,7 +107,8 @@ def _not_found(name: str, source: str, err: Exception) -> ModelNotFoundError:
     return ModelNotFoundError(
         f"could not load {name!r} ({source}): the weights are not in the local Hugging Face cache and could not be "
         f"fetched (Hub unreachable or the repo is gated/missing). Download them on a machine with network access "
-        f"(huggingface-cli download {source} --local-dir DIR) and pass the directory: --model DIR"
+        f"(hf download {source} --local-dir DIR) and pass the directory: --model DIR; `interp info --config-only` "
+        f"needs only config.json"
     )
 
 
@@ -126,6 +127,67 @@ def load_config(name: str):
         if kind == "hub":
             raise _not_found(name, source, e) from None
         raise ModelNotFoundError(f"cannot read the config of {name!r} at {source}: {e}") from None
+    except (ValueError, KeyError) as e:  # unknown model_type, a config.json that is not JSON
+        raise UnsupportedModelError(_config_refused(name, source, e)) from None
+
+
+def _config_refused(name: str, source: str, err: Exception) -> str:
+    import json
+
+    import transformers
+
+    cfg = Path(source) / "config.json"
+    if cfg.is_file():
+        try:
+            mt = json.loads(cfg.read_text(encoding="utf-8")).get("model_type")
+        except (ValueError, AttributeError):
+            return f"{cfg} (config of {name!r}) is not a valid JSON object: fix or re-download it"
+        if mt:
+            return (f"{name!r} has model_type {mt!r}, which transformers {transformers.__version__} does not know: "
+                    f"upgrade transformers, or check the checkpoint's config.json")
+    return f"transformers cannot read the config of {name!r}: {str(err).splitlines()[0]}"
+
+
+def resolve_device(device) -> torch.device:
+    """A torch.device the machine has, or InvalidInputError saying what to pass instead."""
+    if isinstance(device, torch.device):
+        device = str(device)
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    hint = "use cpu, cuda, cuda:N (or mps on Apple silicon)"
+    try:
+        d = torch.device(str(device).strip())
+    except (RuntimeError, TypeError, ValueError):
+        raise InvalidInputError(f"unknown device {device!r}: {hint}") from None
+    if d.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InvalidInputError(f"device {device!r} requested but CUDA is not available here; use --device cpu")
+        if d.index is not None and d.index >= torch.cuda.device_count():
+            raise InvalidInputError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s) "
+                                    f"(cuda:0..cuda:{torch.cuda.device_count() - 1})")
+    elif d.type == "mps":
+        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise InvalidInputError(f"device {device!r}: this PyTorch build has no usable MPS backend; use --device cpu")
+    elif d.type != "cpu":
+        raise InvalidInputError(f"device type {d.type!r} is not supported by interp: {hint}")
+    return d
+
+
+def _where(name: str, source: str) -> str:
+    return repr(name) if name == source else f"{name!r} ({source})"
+
+
+def _weights_refused(name: str, source: str, err: Exception) -> ModelNotFoundError:
+    import pickle
+
+    first = str(err).splitlines()[0] if str(err) else type(err).__name__
+    if isinstance(err, pickle.UnpicklingError) or "weights_only" in str(err).lower():
+        return ModelNotFoundError(
+            f"{_where(name, source)} is a pickle checkpoint (.bin) that torch refuses to load safely "
+            f"(weights_only=True): it holds more than tensors. Convert it to safetensors where you trust the file, "
+            f"or use a safetensors copy of the checkpoint")
+    return ModelNotFoundError(f"cannot read the weights of {_where(name, source)}: {first}. The file is damaged or "
+                              f"truncated: download it again")
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:
@@ -167,12 +229,10 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
         if dtype not in DTYPES:
             raise InvalidInputError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
         dtype = DTYPES[dtype]
-    if device is None and device_map is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device is not None or device_map is None:
+        device = resolve_device(device)
     if dtype is None:
-        dtype = torch.float32 if (device is None or str(device).startswith("cpu")) else torch.bfloat16
-    if device is not None and str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise InvalidInputError(f"device {device!r} requested but CUDA is not available; use --device cpu")
+        dtype = torch.float32 if (device is None or device.type == "cpu") else torch.bfloat16
 
     kind, source = resolve(name_or_path)
     if kind == "random":
@@ -193,14 +253,24 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
     kw = dict(dtype=dtype, attn_implementation=impl, **_hub_kwargs(kind))
     if device_map is not None:
         kw["device_map"] = device_map
+    import warnings
+
     try:
-        hf = auto.from_pretrained(source, **kw)
+        with warnings.catch_warnings(record=True) as caught:  # re-emitted below, when the load succeeds
+            warnings.simplefilter("always")
+            hf = auto.from_pretrained(source, **kw)
     except OSError as e:
         if kind == "hub":
             raise _not_found(name_or_path, source, e) from None
         raise ModelNotFoundError(f"cannot load {name_or_path!r} from {source}: {e}") from None
     except ValueError as e:
         raise UnsupportedModelError(f"transformers refused {name_or_path!r}: {e}") from None
+    except Exception as e:  # safetensors' SafetensorError (truncated file), pickle refused by weights_only, ...
+        if type(e).__name__ in ("SafetensorError", "UnpicklingError") or "weights_only" in str(e):
+            raise _weights_refused(name_or_path, source, e) from None
+        raise
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     try:
         tok = tf.AutoTokenizer.from_pretrained(source, **_hub_kwargs(kind))
     except (OSError, ValueError, TypeError):

@@ -92,6 +92,7 @@ class Model:
         self._state = install(hf, self.adapter, self.spec)
         params = inspect.signature(hf.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self._position_warned: set[int] = set()  # max_positions limits already warned about (check_positions)
         if tokenizer is not None:
             tokenizer.padding_side = "left"
             if tokenizer.pad_token is None:
@@ -210,7 +211,26 @@ class Model:
             raise InvalidInputError(f"attention_mask shape {tuple(attention_mask.shape)} != ids shape {tuple(ids.shape)}")
         return Batch(ids.to(self.device), attention_mask.to(self.device))
 
+    def check_positions(self, n_tokens: int) -> None:
+        """Refuse inputs past a model's learned absolute positions (GPT-2: no embedding there, torch would
+        fail deep inside); warn once (InterpWarning) past a RoPE model's max_position_embeddings."""
+        limit = self.spec.max_positions
+        if limit is None or n_tokens <= limit:
+            return
+        if self.spec.positional == "learned":
+            raise InvalidInputError(f"{self.spec.architecture} has learned positions for {limit} tokens; an input of "
+                                    f"{n_tokens} tokens (prompt + decoded tokens) goes past them: use shorter inputs")
+        if limit not in self._position_warned:
+            import warnings
+
+            from .errors import InterpWarning
+
+            self._position_warned.add(limit)
+            warnings.warn(InterpWarning(f"inputs of {n_tokens} tokens are past {self.name}'s max_position_embeddings "
+                                        f"{limit}: the model was not trained there"), stacklevel=3)
+
     def _call(self, ids, mask, batch_start=0, body_only=False, **kw):
+        self.check_positions(ids.shape[1])
         self._state.batch_start = batch_start
         net = self.hf.base_model if body_only else self.hf
         try:
@@ -257,6 +277,7 @@ class Model:
         if not self.spec.causal:
             raise InvalidInputError(f"{self.spec.architecture} is an encoder; it has no KV cache")
         self._check_rows(input_ids.shape[0])
+        self.check_positions(attention_mask.shape[1])
         pos = position_ids_from_mask(attention_mask)[:, -input_ids.shape[1]:]
         kw = {"logits_to_keep": 1} if last_only else {}
         self._state.batch_start = 0
@@ -283,6 +304,7 @@ class Model:
         batch = self.as_batch(inputs, attention_mask)
         self._check_rows(batch.input_ids.shape[0])
         mask = batch.attention_mask
+        self.check_positions(mask.shape[1] + max_new_tokens - 1)  # the last chosen token is never fed back
         # A full (non-sliding) cache: rows keep absolute key positions on sliding-window layers;
         # the sliding window is applied by the mask, as in a full forward.
         cache = DynamicCache()

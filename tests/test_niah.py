@@ -52,11 +52,11 @@ def test_user_files_insert_needle_and_question_verbatim(tok, tmp_path):
     needles = tmp_path / "needles.jsonl"
     needles.write_text(json.dumps({"needle": " The best fruit is a mango.", "question": "Which fruit is best? It is",
                                    "answer": " a mango"}) + "\n")
-    cfg = NiahConfig(context_lengths=(200,), depths=(0.5,), n_seeds=2, haystack_file=str(hay),
+    cfg = NiahConfig(context_lengths=(200,), depths=(0.5,), n_seeds=1, haystack_file=str(hay),
                      needles_file=str(needles), separator=" ||")
     samples = build_niah(tok, cfg)
     for s in samples:
-        assert len(s.input_ids) == 200  # the haystack is cycled to fill the context exactly
+        assert 196 <= len(s.input_ids) <= 200  # the haystack is cycled to fill the context, up to a whole word
         a, b = s.needle_span
         assert tok.decode(s.input_ids[a:b]) == tok.decode(tok(" The best fruit is a mango.",
                                                             add_special_tokens=False)["input_ids"])

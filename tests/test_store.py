@@ -102,7 +102,7 @@ def test_store_holds_the_models_activations(model, tmp_path):
     torch.testing.assert_close(store.get("L1.resid_pre", lo, hi), full[lo:hi], rtol=0, atol=0)
     assert store.meta("special")[seq == 0][0] == 1 and store.meta("special")[seq == 0][1:].sum() == 0
     m = json.loads((tmp_path / "s" / "manifest.json").read_text())
-    assert m["model"]["id"] and m["dataset"]["sha256"] and m["version"] == 1
+    assert m["model"]["id"] and m["dataset"]["sha256"] and m["version"] == 2
 
 
 def test_float16_and_word_categories(model, tmp_path):

@@ -42,6 +42,11 @@ class AblationConfig:
     n_perm: int = 10000
     heads_source: str = "explicit"  # "retrieval (detected ...)", "random", "explicit", "file ..."
 
+    def __post_init__(self):
+        from ..errors import check_fields
+
+        check_fields(self, {"draws": 0, "batch_size": 1, "n_boot": 1, "n_perm": 1})
+
 
 @dataclass
 class AblationResult:

@@ -67,6 +67,10 @@ class CopySuppressionConfig:
     def __post_init__(self):
         if self.mode not in ABLATION_MODES:
             raise InvalidInputError(f"unknown ablation mode {self.mode!r}; valid: {', '.join(ABLATION_MODES)}")
+        from .circuits import EMBEDDINGS
+
+        if self.embedding not in EMBEDDINGS:
+            raise InvalidInputError(f"unknown embedding mode {self.embedding!r}; valid: {', '.join(EMBEDDINGS)}")
         if not 0.0 <= self.min_attention <= 1.0:
             raise InvalidInputError("min_attention must lie in [0, 1]")
         if self.k < 1:

@@ -141,10 +141,14 @@ class InductionConfig:
     def __post_init__(self):
         if self.mode not in ABLATION_MODES:
             raise InvalidInputError(f"unknown ablation mode {self.mode!r}; valid: {', '.join(ABLATION_MODES)}")
-        if self.draws < 0:
-            raise InvalidInputError("draws must be >= 0")
-        if self.batch_size < 1:
-            raise InvalidInputError("batch_size must be >= 1")
+        from ..errors import check_fields
+
+        from .circuits import EMBEDDINGS
+
+        if self.embedding not in EMBEDDINGS:
+            raise InvalidInputError(f"unknown embedding mode {self.embedding!r}; valid: {', '.join(EMBEDDINGS)}")
+        check_fields(self, {"draws": 0, "batch_size": 1, "max_heads": 1, "copy_tokens": 2, "copy_k": 1, "n_boot": 1,
+                            "n_perm": 1}, finite=("threshold", "min_copying", "prev_threshold"))
 
 
 @dataclass

@@ -103,6 +103,11 @@ class RetrievalConfig:
     batch_size: int = 8
     sweep: tuple[float, ...] = DEFAULT_SWEEP
 
+    def __post_init__(self):
+        from ..errors import check_fields
+
+        check_fields(self, {"sink_tokens": 0, "recent_window": 0, "batch_size": 1}, finite=("threshold",))
+
 
 @dataclass
 class RetrievalResult:

@@ -40,8 +40,11 @@ class RopeProfileConfig:
     batch_size: int = 8
 
     def __post_init__(self):
+        from ..errors import check_fields
+
         if self.statistic not in STATISTICS:
             raise InvalidInputError(f"unknown statistic {self.statistic!r}; valid: {', '.join(STATISTICS)}")
+        check_fields(self, {"n_texts": 1, "n_tokens": 2, "batch_size": 1, "n_perm": 1})
 
 
 @dataclass

@@ -48,6 +48,12 @@ class RopeZeroConfig:
     n_perm: int = 5000
     heads_source: str = "explicit"
 
+    def __post_init__(self):
+        from ..errors import check_fields
+
+        check_fields(self, {"random_draws": 0, "head_draws": 0, "batch_size": 1, "task_texts": 1, "task_tokens": 2,
+                            "n_boot": 1, "n_perm": 1})
+
 
 @dataclass
 class DoseResult:

@@ -13,12 +13,23 @@ from .app import app
 
 def main(argv: list[str] | None = None) -> None:
     from ..errors import InterpError
+    from . import common
     from .common import commit_staged
 
-    ok = False
+    import functools
+    import warnings
+
+    from ..errors import InterpWarning
+
+    common.ARGV[:] = list(sys.argv[1:] if argv is None else argv)
+    common.WARNINGS.clear()
+    shown = warnings.showwarning
+    warnings.showwarning = functools.partial(common.show_warning, _default=shown)
+    warnings.simplefilter("always", InterpWarning)
     try:
-        rc = app(args=argv, standalone_mode=False)  # non-standalone click returns typer.Exit's code
-        ok = not (isinstance(rc, int) and rc != 0)
+        rc = app(args=argv, prog_name="interp", standalone_mode=False)  # non-standalone click returns typer.Exit's code
+        if not (isinstance(rc, int) and rc != 0):
+            commit_staged(True)  # the files reach --out, run.json last; refuses to mix two runs
     except InterpError as e:
         from rich.console import Console
 
@@ -27,15 +38,21 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as e:
-        # typer vendors click; its usage errors carry show() and exit_code (2)
+        # typer vendors click; its usage errors carry show() and exit_code (2): one line, like our own errors
         if hasattr(e, "show") and hasattr(e, "exit_code"):
-            e.show()
+            if type(e).__name__ == "NoArgsIsHelpError" or not hasattr(e, "format_message"):
+                e.show()
+            else:
+                ctx = getattr(e, "ctx", None)
+                where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+                print(f"error: {e.format_message()}{where}", file=sys.stderr)
             sys.exit(e.exit_code)
         if type(e).__name__ == "Abort":
             sys.exit(1)
         raise
     finally:
-        commit_staged(ok)  # a failed run leaves --out as it was
+        commit_staged(False)  # whatever is still staged (a failed run) is dropped: --out stays as it was
+        warnings.showwarning = shown
     if isinstance(rc, int) and rc != 0:
         sys.exit(rc)
 

@@ -9,6 +9,27 @@ from pathlib import Path
 from ..errors import InvalidInputError
 
 
+def finite(value):
+    """typer callback: a float option must be a finite number (nan and inf are refused, not passed on)."""
+    import math
+
+    import typer
+
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
+
+
+def unit_interval(value):
+    """typer callback: a float option in [0, 1]."""
+    import typer
+
+    finite(value)
+    if value is not None and not 0 <= value <= 1:
+        raise typer.BadParameter(f"{value} is not in [0, 1]")
+    return value
+
+
 def _parse_list(text: str, what: str, cast, kind: str) -> tuple:
     try:
         vals = tuple(cast(x) for x in text.split(",") if x.strip())
@@ -27,79 +48,195 @@ def parse_floats(text: str, what: str) -> tuple[float, ...]:
     return _parse_list(text, what, float, "numbers")
 
 
-def niah_config(lengths: str, depths: str, seeds: int, haystack, needles, separator: str, max_new_tokens):
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "0": "\0", "'": "'", '"': '"'}
+
+
+def parse_escapes(text: str, what: str = "--separator") -> str:
+    """Backslash escapes (\\n \\t \\r \\\\ \\xHH \\uXXXX) decoded; every other character is kept as it is,
+    so non-ASCII text passes through unchanged (unicode_escape would garble it). A bad escape is an error."""
+    import re
+
+    def one(m):
+        e = m.group(1)
+        if not e:
+            raise InvalidInputError(f"{what} {text!r} ends in a lone backslash; write \\\\ for a backslash")
+        if e in _ESCAPES:
+            return _ESCAPES[e]
+        if len(e) > 1:
+            return chr(int(e[1:], 16))
+        raise InvalidInputError(f"{what} {text!r}: bad escape \\{e}; use \\n, \\t, \\r, \\\\, \\xHH or \\uXXXX")
+
+    return re.sub(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|.?)", one, text, flags=re.S)
+
+
+def niah_config(lengths: str, depths: str, seeds: int, haystack, needles, separator: str, max_new_tokens,
+                paired: bool = False):
+    """The NIAH grid of the options; `paired` (an experiment comparing conditions) needs >= 2 prompts."""
     from ..tasks.niah import NiahConfig
 
-    if max_new_tokens is not None and max_new_tokens < 1:
-        raise InvalidInputError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
     for f, flag in ((haystack, "--haystack"), (needles, "--needles")):
+        if f is not None and Path(f).is_dir():
+            raise InvalidInputError(f"{flag} {f} is a directory, not a file")
         if f is not None and not Path(f).is_file():
             raise InvalidInputError(f"{flag} {f}: no such file")
-    return NiahConfig(context_lengths=parse_ints(lengths, "--lengths"), depths=parse_floats(depths, "--depths"),
-                      n_seeds=seeds, haystack_file=haystack, needles_file=needles,
-                      separator=separator.encode().decode("unicode_escape"), max_new_tokens=max_new_tokens)
+    cfg = NiahConfig(context_lengths=parse_ints(lengths, "--lengths"), depths=parse_floats(depths, "--depths"),
+                     n_seeds=seeds, haystack_file=haystack, needles_file=needles,
+                     separator=parse_escapes(separator), max_new_tokens=max_new_tokens)
+    n = len(cfg.context_lengths) * len(cfg.depths) * cfg.n_seeds
+    if paired and n < 2:
+        raise InvalidInputError(f"the NIAH grid has {n} prompt: paired comparisons need at least 2 (raise --seeds, "
+                                "or add --lengths/--depths)")
+    return cfg
 
 
 def niah_for_model(m, niah):
-    """Check the NIAH grid against the model (refuse, or warn on stderr past the trained length)."""
-    from rich.console import Console
+    """Check the NIAH grid against the model before any decoding: refuse, or warn (an InterpWarning, printed
+    and recorded in run.json) past a RoPE model's trained length."""
+    import warnings
 
+    from ..errors import InterpWarning
     from ..tasks.niah import check_context
 
     for w in check_context(m.spec, niah):
-        Console(stderr=True).print(f"[yellow]warning[/]: {w}", highlight=False)
+        warnings.warn(InterpWarning(w), stacklevel=2)
+        m._position_warned.add(m.spec.max_positions)  # said once: the forward passes need not repeat it
     return niah
 
 
-_STAGED: list[tuple[Path, Path]] = []  # (staging folder, --out) of this CLI call
+RUN_MARKER = "run.json"  # written last into every run folder: the command, the files, when it finished
+_STAGED: list[tuple[Path, Path, bool]] = []  # (folder written into, --out, --overwrite) of this CLI call
+ARGV: list[str] = []  # this CLI call's arguments (set by cli.main), for run.json
+WARNINGS: list[str] = []  # InterpWarnings of this CLI call (printed on stderr by cli.main), for run.json
 
 
-def out_dir(out: str | None, command: str, model: str, staged: bool = True) -> Path:
+def show_warning(message, category, filename, lineno, file=None, line=None, _default=None):
+    """warnings.showwarning for the CLI: an InterpWarning is one 'warning: ...' line on stderr and is
+    recorded for run.json; other warnings go to Python's default display."""
+    from ..errors import InterpWarning
+
+    if isinstance(message, InterpWarning) or (isinstance(category, type) and issubclass(category, InterpWarning)):
+        from rich.console import Console
+
+        WARNINGS.append(str(message))
+        Console(stderr=True).print(f"[yellow]warning[/]: {message}", highlight=False, soft_wrap=True)
+    elif _default is not None:
+        _default(message, category, filename, lineno, file, line)
+
+
+def _previous_run(p: Path) -> dict | None:
+    f = p / RUN_MARKER
+    if not f.is_file():
+        return None
+    try:
+        d = json.loads(f.read_text(encoding="utf-8"))
+        return d if isinstance(d, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def out_dir(out: str | None, command: str, model: str, staged: bool = True, overwrite: bool = False) -> Path:
     """The folder a command writes into. Staged (the default): a hidden sibling of --out, whose files
     `commit_staged` moves into --out only when the command succeeds, so a failed run leaves --out as
-    it was. Unstaged (the activation store, which has its own atomic shards and resume): --out itself."""
+    it was. Unstaged (probe, whose store inside --out has its own atomic shards and resume): --out itself.
+    An --out that holds another run (its run.json) is refused unless `overwrite`: two runs never mix."""
     if out is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         out = Path("runs") / f"{command}-{Path(model).name}-{stamp}"
     p = Path(out)
     if p.exists() and not p.is_dir():
         raise InvalidInputError(f"--out {out} exists and is not a directory")
-    if not staged:
-        p.mkdir(parents=True, exist_ok=True)
-        return p
-    for stage, final in _STAGED:
+    for stage, final, _ in _STAGED:
         if final == p:
             return stage
+    prev = _previous_run(p)
+    if prev is not None and not overwrite:
+        raise InvalidInputError(f"--out {out} already holds a run ({prev.get('command') or 'interp'}); pass "
+                                "--overwrite to replace it, or choose another --out")
+    if not staged:
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise InvalidInputError(f"--out {out}: cannot create it ({e.strerror or e}); choose a writable "
+                                    "location") from None
+        _STAGED.append((p, p, overwrite))
+        return p
     import os
     import shutil
 
     stage = p.parent / f".{p.name}.partial-{os.getpid()}"
     shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir(parents=True)
-    _STAGED.append((stage, p))
+    try:
+        stage.mkdir(parents=True)
+    except OSError as e:
+        raise InvalidInputError(f"--out {out}: cannot create a folder in {p.parent} ({e.strerror or e}); "
+                                "choose a writable location") from None
+    _STAGED.append((stage, p, overwrite))
     return stage
 
 
 def final_path(o: Path) -> Path:
     """--out for a staging folder (what messages and result files should name)."""
-    return next((final for stage, final in _STAGED if stage == o), o)
+    return next((final for stage, final, _ in _STAGED if stage == o), o)
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _commit(stage: Path, final: Path, overwrite: bool) -> None:
+    import os
+
+    if stage == final:  # unstaged: the files are in place already
+        names = sorted(f.name for f in final.iterdir() if f.name != RUN_MARKER)
+    else:
+        names = sorted(f.name for f in stage.iterdir())
+        prev = _previous_run(final)
+        earlier = set((prev or {}).get("files") or [])
+        clash = [n for n in names if (final / n).exists() and n not in earlier]
+        if clash and not overwrite:
+            raise InvalidInputError(f"--out {final} already has {', '.join(clash[:5])} (not from an interp run); "
+                                    "nothing was written: pass --overwrite to replace them, or choose another --out")
+        final.mkdir(parents=True, exist_ok=True)
+        if overwrite:  # the earlier run's files go, so the folder holds one run
+            for n in sorted(earlier - set(names)):
+                if "/" not in n and n not in ("", ".", ".."):
+                    _remove(final / n)
+        for n in names:
+            dest = final / n
+            if dest.is_dir() and not dest.is_symlink():
+                _remove(dest)
+            os.replace(stage / n, dest)
+    from .. import __version__
+
+    marker = {"format": "interp-run", "command": " ".join(["interp", *ARGV]), "files": names,
+              "interp_version": __version__, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "warnings": list(dict.fromkeys(WARNINGS))}
+    write_json(marker, final / RUN_MARKER)  # last: a folder without it holds no finished run
 
 
 def commit_staged(ok: bool) -> None:
-    """Move the staged files into --out (ok) or drop them (a failed run)."""
-    import os
+    """Move the staged files into --out and write run.json last (ok), or drop them (a failed run).
+    A commit that would mix two runs raises InvalidInputError and drops the staged files."""
     import shutil
 
-    while _STAGED:
-        stage, final = _STAGED.pop()
-        if ok and stage.is_dir():
-            final.mkdir(parents=True, exist_ok=True)
-            for f in sorted(stage.iterdir()):
-                dest = final / f.name
-                if dest.is_dir() and not dest.is_symlink():
-                    shutil.rmtree(dest)
-                os.replace(f, dest)
-        shutil.rmtree(stage, ignore_errors=True)
+    try:
+        while _STAGED:
+            stage, final, overwrite = _STAGED[-1]
+            if ok and stage.is_dir():
+                _commit(stage, final, overwrite)
+            _STAGED.pop()
+            if stage != final:
+                shutil.rmtree(stage, ignore_errors=True)
+    finally:
+        for stage, final, _ in _STAGED:
+            if stage != final:
+                shutil.rmtree(stage, ignore_errors=True)
+        _STAGED.clear()
 
 
 def strict(obj):
@@ -148,12 +285,35 @@ def write_table(res, path: Path, echo: bool = False) -> None:
         typer.echo(df.to_csv(index=False), nl=False)
 
 
-def progress_bar(total: int, description: str):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+class _LazyProgress:
+    """A rich progress bar that appears at the first step: a run refused while it checks its inputs prints
+    only its one-line error, not an empty bar."""
 
-    from rich.console import Console
+    def __init__(self, total, description: str):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=Console(stderr=True), transient=False)
-    task = prog.add_task(description, total=total)
-    return prog, (lambda n: prog.advance(task, n))
+        self.prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                             console=Console(stderr=True), transient=False)
+        self.task = self.prog.add_task(description, total=total)
+        self.started = False
+
+    def advance(self, n: int) -> None:
+        if not self.started:
+            self.prog.start()
+            self.started = True
+        self.prog.advance(self.task, n)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.started:
+            self.prog.stop()
+        return False
+
+
+def progress_bar(total: int | None, description: str):
+    """(context manager, advance(n)) of a progress bar on stderr, shown from the first advance."""
+    p = _LazyProgress(total, description)
+    return p, p.advance

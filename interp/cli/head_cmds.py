@@ -7,14 +7,14 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import dumps, final_path, out_dir, parse_ints, progress_bar, write_json, write_table
-from .retrieval_cmds import BATCH, DEVICE, DTYPE, JSON, MODEL, OUT, _model, detect_app
+from .common import dumps, finite, unit_interval, final_path, out_dir, parse_ints, progress_bar, write_json, write_table
+from .retrieval_cmds import BATCH, DEVICE, DTYPE, JSON, MODEL, OUT, OVERWRITE, _model, detect_app, model_label
 
 SEED = typer.Option(0, "--seed", help="Seed of the random tokens / texts, token samples, control draws, bootstrap.")
 MODE = typer.Option("zero", "--mode", help="Ablation: zero | mean | uniform.")
 HEADS = typer.Option(None, "--heads", help="Heads to ablate instead of the detected ones, e.g. L1H3,L2H0.")
 EMBEDDING = typer.Option("layer0", "--embedding", help="Effective embedding for OV/QK circuits: layer0 | embed.")
-N_BOOT = typer.Option(10000, "--n-boot", help="Bootstrap resamples for the CIs.")
+N_BOOT = typer.Option(10000, "--n-boot", min=1, help="Bootstrap resamples for the CIs.")
 
 
 def _heads(text):
@@ -23,13 +23,14 @@ def _heads(text):
     return None if not text else tuple(as_heads(text))
 
 
-def _run(model, device, dtype, out, command: str, steps, analyse, figures, printer, as_json: bool) -> None:
+def _run(model, device, dtype, out, overwrite: bool, command: str, steps, analyse, figures, printer,
+         as_json: bool) -> None:
     """Load, run `analyse(model, advance)` under a progress bar of `steps(model)` steps, write <command>.json
     and the figures, report."""
     from ..plotting import write_html
 
+    o = out_dir(out, command, model_label(model), overwrite=overwrite)
     m = _model(model, device, dtype)
-    o = out_dir(out, command, m.name)
     prog, advance = progress_bar(steps(m), command)
     with prog:
         res = analyse(m, advance)
@@ -54,20 +55,21 @@ def _fmt(v, spec=".3f"):
 @detect_app.command("induction")
 def detect_induction(model: Optional[str] = MODEL,
                      lengths: str = typer.Option("50", "--lengths", help="Tokens per copy, comma-separated."),
-                     seqs: int = typer.Option(32, "--seqs", help="Repeated sequences per length."),
+                     seqs: int = typer.Option(32, "--seqs", min=2, help="Repeated sequences per length."),
                      tokens: str = typer.Option("auto", "--tokens", help="Token pool (random sequences, OV circuit): "
                                                 "corpus (ids seen in held-out corpus text) | vocab (all but special "
                                                 "tokens) | auto (corpus when the model has a tokenizer)."),
-                     threshold: float = typer.Option(0.4, "--threshold", help="Induction score of an induction head."),
-                     min_copying: float = typer.Option(0.0, "--min-copying", help="... and OV copying score above this."),
-                     max_heads: Optional[int] = typer.Option(None, "--max-heads", help="At most this many heads."),
+                     threshold: float = typer.Option(0.4, "--threshold", callback=finite, help="Induction score of an induction head."),
+                     min_copying: float = typer.Option(0.0, "--min-copying", callback=finite, help="... and OV copying score above this."),
+                     max_heads: Optional[int] = typer.Option(None, "--max-heads", min=1, help="At most this many heads."),
                      heads: Optional[str] = HEADS, mode: str = MODE,
-                     draws: int = typer.Option(5, "--draws", help="Matched random-head draws."),
-                     copy_tokens: int = typer.Option(2048, "--copy-tokens", help="Token sample for OV copying."),
+                     draws: int = typer.Option(5, "--draws", min=0, help="Matched random-head draws."),
+                     copy_tokens: int = typer.Option(2048, "--copy-tokens", min=2, help="Token sample for OV copying."),
                      sweep: bool = typer.Option(False, "--sweep", help="Also ablate every head alone (one pass per "
                                                 "head): per-head change of the second-copy loss."),
                      embedding: str = EMBEDDING, seed: int = SEED, n_boot: int = N_BOOT, batch_size: int = BATCH,
                      device: Optional[str] = DEVICE, dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
+                     overwrite: bool = OVERWRITE,
                      as_json: bool = JSON):
     """Induction, previous-token and duplicate-token scores on repeated random tokens; OV copying; ablation of
     the induction heads vs matched random heads (second-copy loss, ICL score, paired CIs)."""
@@ -81,7 +83,7 @@ def detect_induction(model: Optional[str] = MODEL,
                           tokens=tokens, threshold=threshold, min_copying=min_copying, max_heads=max_heads,
                           heads=_heads(heads), mode=mode, draws=draws, seed=seed, batch_size=batch_size,
                           copy_tokens=copy_tokens, embedding=embedding, n_boot=n_boot, n_perm=n_boot, sweep=sweep)
-    _run(model, device, dtype, out, "induction",
+    _run(model, device, dtype, out, overwrite, "induction",
          lambda m: len(cfg.repeated.lengths) + 3 + draws + (m.spec.n_layers if sweep else 0),
          lambda m, advance: detect_induction_heads(m, cfg, progress=advance), induction_figures, _print_induction,
          as_json)
@@ -122,21 +124,22 @@ def detect_copy_suppression_cmd(model: Optional[str] = MODEL,
                                 texts: Optional[str] = typer.Option(None, "--texts", help="Plain-text file, documents "
                                                                     "separated by blank lines (default: held-out "
                                                                     "corpus documents)."),
-                                n_texts: int = typer.Option(64, "--n-texts", help="Documents to use."),
-                                seq_len: int = typer.Option(128, "--seq-len", help="Tokens per document window."),
-                                circuit_tokens: int = typer.Option(2048, "--circuit-tokens", help="Token sample for the "
+                                n_texts: int = typer.Option(64, "--n-texts", min=2, help="Documents to use."),
+                                seq_len: int = typer.Option(128, "--seq-len", min=8, help="Tokens per document window."),
+                                circuit_tokens: int = typer.Option(2048, "--circuit-tokens", min=2, help="Token sample for the "
                                                                    "OV/QK circuits."),
                                 token_source: str = typer.Option("auto", "--tokens", help="Pool of that sample: auto | "
                                                                  "corpus | vocab (as for `detect induction`)."),
-                                k: int = typer.Option(10, "--k", help="Top/bottom-k for the OV and QK circuit scores."),
-                                min_attention: float = typer.Option(0.2, "--min-attention", help="Top non-sink key "
+                                k: int = typer.Option(10, "--k", min=1, help="Top/bottom-k for the OV and QK circuit scores."),
+                                min_attention: float = typer.Option(0.2, "--min-attention", callback=unit_interval, help="Top non-sink key "
                                                                     "weight at which a position counts as attended."),
                                 heads: Optional[str] = typer.Option(None, "--heads", help="Heads to ablate (default: "
                                                                     "the best candidates by OV suppression)."),
-                                candidates: int = typer.Option(3, "--candidates", help="Candidates to ablate."),
+                                candidates: int = typer.Option(3, "--candidates", min=0, help="Candidates to ablate."),
                                 mode: str = MODE, embedding: str = EMBEDDING, seed: int = SEED, n_boot: int = N_BOOT,
                                 batch_size: int = BATCH, device: Optional[str] = DEVICE,
-                                dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, as_json: bool = JSON):
+                                dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
+                                overwrite: bool = OVERWRITE, as_json: bool = JSON):
     """Copy-suppression heads: OV self-suppression, QK matching of predicted tokens, direct logit effect on attended
     tokens, and ablation of the candidates (copied-token probability; direct vs total effect = self-repair)."""
     from ..analyses.copy_suppression import CopySuppressionConfig, detect_copy_suppression
@@ -148,7 +151,7 @@ def detect_copy_suppression_cmd(model: Optional[str] = MODEL,
                                 tokens=circuit_tokens, token_source=token_source, k=k, embedding=embedding,
                                 min_attention=min_attention,
                                 heads=_heads(heads), n_candidates=candidates, mode=mode, n_boot=n_boot)
-    _run(model, device, dtype, out, "copy-suppression", lambda m: 1 + n_texts,
+    _run(model, device, dtype, out, overwrite, "copy-suppression", lambda m: 1 + n_texts,
          lambda m, advance: detect_copy_suppression(m, cfg, progress=advance), copy_suppression_figures,
          _print_copy_suppression, as_json)
 

@@ -9,7 +9,7 @@ import typer
 
 from ..errors import InvalidInputError
 from .common import dumps, final_path, out_dir, parse_ints, progress_bar, write_json, write_table
-from .retrieval_cmds import DEVICE, DTYPE, JSON, MODEL, OUT, _model
+from .retrieval_cmds import DEVICE, DTYPE, JSON, MODEL, OUT, OVERWRITE, _model, model_label
 
 TASKS = ("niah", "repeated")
 
@@ -52,14 +52,14 @@ def patch(model: Optional[str] = MODEL,
                                     "pair's anchor: the needle value (niah), the corrupted token (repeated))."),
           positions: Optional[str] = typer.Option(None, "--positions", help="Only these positions of the axis, e.g. "
                                                   "-1 or -3,-2,-1 (default: all)."),
-          max_batch: Optional[int] = typer.Option(None, "--max-batch", help="(pair, cell) rows per forward pass "
+          max_batch: Optional[int] = typer.Option(None, "--max-batch", min=1, help="(pair, cell) rows per forward pass "
                                                   "(default: about 16k tokens per pass)."),
           lengths: str = typer.Option("256", "--lengths", help="niah: context lengths."),
           depths: str = typer.Option("0.25,0.5,0.75", "--depths", help="niah: needle depths."),
-          seeds: int = typer.Option(3, "--seeds", help="niah: seeds per (length, depth); repeated: sequences."),
-          copy_length: int = typer.Option(20, "--copy-length", help="repeated: tokens per copy."),
+          seeds: int = typer.Option(3, "--seeds", min=1, help="niah: seeds per (length, depth); repeated: sequences."),
+          copy_length: int = typer.Option(20, "--copy-length", min=2, help="repeated: tokens per copy."),
           seed: int = typer.Option(0, "--seed", help="Seed of the built-in pairs and the bootstrap."),
-          n_boot: int = typer.Option(1000, "--n-boot", help="Bootstrap resamples (over pairs) per cell."),
+          n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Bootstrap resamples (over pairs) per cell."),
           method: str = typer.Option("exact", "--method", help="exact (one patched row per cell) | atp (attribution "
                                      "patching: 2 forwards + 1 backward) | atp-qk (AtP with q/k attention "
                                      "recomputed exactly) | path (path patching: --senders, --receivers, --via)."),
@@ -67,12 +67,12 @@ def patch(model: Optional[str] = MODEL,
           receivers: Optional[str] = typer.Option(None, "--receivers", help="path: receiver heads, e.g. L1H1."),
           via: str = typer.Option("k", "--via", help="path: the receivers' input the senders reach them through: "
                                   "q | k | v, or logits (the senders' direct effect, no receivers)."),
-          verify_top: int = typer.Option(10, "--verify-top", help="atp*: exact patching of the top cells by "
+          verify_top: int = typer.Option(10, "--verify-top", min=0, help="atp*: exact patching of the top cells by "
                                          "|estimate| per site."),
-          verify_sample: int = typer.Option(20, "--verify-sample", help="atp*: ... and of this many random other "
+          verify_sample: int = typer.Option(20, "--verify-sample", min=0, help="atp*: ... and of this many random other "
                                             "cells."),
           device: Optional[str] = DEVICE, dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
-          as_json: bool = JSON, csv: bool = typer.Option(False, "--csv", help="Print the tidy table on stdout.")):
+          overwrite: bool = OVERWRITE, as_json: bool = JSON, csv: bool = typer.Option(False, "--csv", help="Print the tidy table on stdout.")):
     """Activation patching: every cell of the grid, many cells per forward pass (equal to one pass per cell)."""
     from ..patching import PatchingConfig, run_patching
     from ..plotting import write_html
@@ -87,13 +87,10 @@ def patch(model: Optional[str] = MODEL,
         raise InvalidInputError(f"--method {method!r}: valid methods are exact, {', '.join(ATP_METHODS)}, path")
     if method == "path":
         return _path(model, device, dtype, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders,
-                     receivers, via, out, as_json)
-    if verify_top < 0 or verify_sample < 0:
-        raise InvalidInputError("--verify-top and --verify-sample must be >= 0")
+                     receivers, via, out, overwrite, as_json)
+    o = out_dir(out, "patch", model_label(model), overwrite=overwrite)  # staged: the files reach --out when the command succeeds
     m = _model(model, device, dtype)
     ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed)
-    if out is not None and Path(out).exists() and not Path(out).is_dir():
-        raise InvalidInputError(f"--out {out} exists and is not a directory")
     prog, advance = progress_bar(None, "patching rows")
     with prog:
         if method == "exact":
@@ -103,7 +100,6 @@ def patch(model: Optional[str] = MODEL,
 
             res = run_attribution(m, ps, cfg, method=method, verify_top=verify_top, verify_sample=verify_sample,
                                   progress=advance)
-    o = out_dir(out, "patch", m.name)  # staged: the files reach --out when the command succeeds
     d = res.to_dict()
     write_json(d, o / "patching.json")
     write_table(res, o / "patching.csv")
@@ -124,7 +120,7 @@ def patch(model: Optional[str] = MODEL,
 
 
 def _path(model, device, dtype, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders, receivers, via,
-          out, as_json) -> None:
+          out, overwrite, as_json) -> None:
     from ..patching.path import VIAS, run_path_patching
     from ..types import as_heads
 
@@ -133,10 +129,10 @@ def _path(model, device, dtype, pairs, task, lengths, depths, seeds, copy_length
     if not senders:
         raise InvalidInputError("--method path needs --senders, e.g. --senders L0H0")
     snd, rcv = as_heads(senders), as_heads(receivers or "")
+    o = out_dir(out, "patch", model_label(model), overwrite=overwrite)
     m = _model(model, device, dtype)
     ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed)
     res = run_path_patching(m, ps, snd, rcv, via=via, config=cfg)
-    o = out_dir(out, "patch", m.name)
     d = res.to_dict()
     write_json(d, o / "path_patching.json")
     write_table(res, o / "path_patching.csv")

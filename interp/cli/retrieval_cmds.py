@@ -8,31 +8,38 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import dumps, final_path, niah_config, niah_for_model, out_dir, progress_bar, write_json, write_table
+from .common import dumps, finite, final_path, niah_config, niah_for_model, out_dir, progress_bar, write_json, write_table
 
 detect_app = typer.Typer(no_args_is_help=True, help="Detect head types.")
 
 MODEL = typer.Option(None, "--model", "-m", help="Alias, checkpoint dir or Hub id (default: bundled default model).")
 LENGTHS = typer.Option("512", "--lengths", help="NIAH context lengths in tokens, comma-separated.")
 DEPTHS = typer.Option("0,0.25,0.5,0.75,1", "--depths", help="Needle depths (fraction of the haystack before it).")
-SEEDS = typer.Option(4, "--seeds", help="Paired seeds per (length, depth).")
+SEEDS = typer.Option(4, "--seeds", min=1, help="Paired seeds per (length, depth).")
 HAYSTACK = typer.Option(None, "--haystack", help="Plain-text haystack file (default: interp's corpus generator).")
 NEEDLES = typer.Option(None, "--needles", help='JSONL file: {"needle", "question", "answer"} per line.')
 SEPARATOR = typer.Option("\\n", "--separator", help="Inserted between haystack and question with user files.")
-MAX_NEW = typer.Option(None, "--max-new-tokens", help="Greedy tokens to decode (default: answer length + 2).")
-BATCH = typer.Option(8, "--batch-size", help="Prompts per forward pass.")
+MAX_NEW = typer.Option(None, "--max-new-tokens", min=1, help="Greedy tokens to decode (default: answer length + 2).")
+BATCH = typer.Option(8, "--batch-size", min=1, help="Prompts per forward pass.")
 DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:1, ... (default: cuda if available).")
 DTYPE = typer.Option(None, "--dtype", help="float32, bfloat16, float16 (default: float32 on CPU, bf16 on CUDA).")
 OUT = typer.Option(None, "--out", "-o", help="Output directory (default: runs/<command>-<model>-<time>).")
 JSON = typer.Option(False, "--json", help="Print the result JSON on stdout.")
-THRESHOLD = typer.Option(0.1, "--threshold", help="Retrieval-score threshold for a retrieval head.")
+OVERWRITE = typer.Option(False, "--overwrite", help="Replace the run already in --out (its files go; others stay).")
+THRESHOLD = typer.Option(0.1, "--threshold", callback=finite, help="Retrieval-score threshold for a retrieval head.")
 
 
 def _model(name, device, dtype):
     from ..loading import load_model
+
+    return load_model(model_label(name), device=device, dtype=dtype)
+
+
+def model_label(name) -> str:
+    """--model, or the default model's name (what the run folder and results are named after)."""
     from .app import _default_model
 
-    return load_model(_model_name(name, _default_model), device=device, dtype=dtype)
+    return _model_name(name, _default_model)
 
 
 def _model_name(name, default) -> str:
@@ -90,19 +97,16 @@ def detect_retrieval(model: Optional[str] = MODEL, lengths: str = LENGTHS, depth
                      max_new_tokens: Optional[int] = MAX_NEW, threshold: float = THRESHOLD,
                      all_samples: bool = typer.Option(False, "--all-samples", help="Average over every sample, not "
                                                       "only those answered correctly (the original's choice)."),
-                     sink: int = typer.Option(4, "--sink", help="Sink tokens for the streaming score."),
-                     recent: int = typer.Option(64, "--recent", help="Recent window for the streaming score."),
+                     sink: int = typer.Option(4, "--sink", min=0, help="Sink tokens for the streaming score."),
+                     recent: int = typer.Option(64, "--recent", min=0, help="Recent window for the streaming score."),
                      batch_size: int = BATCH, device: Optional[str] = DEVICE, dtype: Optional[str] = DTYPE,
-                     out: Optional[str] = OUT, as_json: bool = JSON):
+                     out: Optional[str] = OUT, overwrite: bool = OVERWRITE, as_json: bool = JSON):
     """Wu et al. retrieval scores per query head from NIAH decoding (plus a streaming score)."""
-    check_threshold(threshold)
-    if sink < 0 or recent < 0:
-        raise InvalidInputError(f"--sink and --recent must be >= 0 (got {sink}, {recent})")
     niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
+    o = out_dir(out, "retrieval", model_label(model), overwrite=overwrite)
     m = _model(model, device, dtype)
     niah_for_model(m, niah)
     res, samples = _detect(m, niah, threshold, all_samples, batch_size, sink, recent)
-    o = out_dir(out, "retrieval", m.name)
     _write_detection(res, samples, m, o)
     if as_json:
         typer.echo(dumps(res.to_dict()))
@@ -110,11 +114,41 @@ def detect_retrieval(model: Optional[str] = MODEL, lengths: str = LENGTHS, depth
         _print_detection(res, o)
 
 
-def check_threshold(threshold: float) -> None:
-    import math
+def given(ctx, name: str) -> bool:
+    """Whether the user passed option `name` (not its default)."""
+    src = ctx.get_parameter_source(name) if ctx is not None else None
+    return src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP")
 
-    if not math.isfinite(threshold):
-        raise InvalidInputError(f"--threshold must be a finite number, got {threshold}")
+
+def inherit_grid(ctx, heads: str, from_dir, lengths: str, depths: str, seeds: int):
+    """With --heads retrieval --from DIR, the NIAH grid options not given are the detection's own (from
+    DIR/retrieval.json), and a note says so; the options given and differing from it are noted too.
+    (lengths, depths, seeds) to use."""
+    import json
+
+    from rich.console import Console
+
+    if heads != "retrieval" or not from_dir:
+        return lengths, depths, seeds
+    try:
+        g = json.loads((Path(from_dir) / "retrieval.json").read_text(encoding="utf-8"))["config"]["niah"]
+        det = {"lengths": ",".join(map(str, g["context_lengths"])), "depths": ",".join(f"{d:g}" for d in g["depths"]),
+               "seeds": int(g["n_seeds"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return lengths, depths, seeds  # resolve_heads reports a missing or broken retrieval.json
+    now = {"lengths": lengths, "depths": depths, "seeds": seeds}
+    taken = [k for k in now if not given(ctx, k)]
+    for k in taken:
+        now[k] = det[k]
+    differ = [f"--{k} {now[k]} (detected on {det[k]})" for k in now if k not in taken and str(now[k]) != str(det[k])]
+    c = Console(stderr=True)
+    if taken:
+        c.print(f"note: NIAH grid from {from_dir}/retrieval.json: " + ", ".join(f"--{k} {now[k]}" for k in taken)
+                + " (the detection's prompts: heads are selected and tested on the same seeds)", highlight=False,
+                soft_wrap=True)
+    if differ:
+        c.print("note: not the detection's grid: " + "; ".join(differ), highlight=False, soft_wrap=True)
+    return now["lengths"], now["depths"], now["seeds"]
 
 
 def resolve_target_heads(heads: str, m, niah, threshold: float, from_dir, batch_size: int, o: Path, seed: int,
@@ -122,14 +156,18 @@ def resolve_target_heads(heads: str, m, niah, threshold: float, from_dir, batch_
     """--heads through the library's resolve_heads; a retrieval detection run now is written into `o`."""
     from ..experiments import resolve_heads
 
-    check_threshold(threshold)
-    if n_heads is not None and n_heads < 1:
-        raise InvalidInputError(f"--n-heads must be >= 1, got {n_heads}")
     sel = resolve_heads(heads, m, niah=niah, threshold=threshold, from_dir=from_dir, batch_size=batch_size,
                         seed=seed, n_heads=n_heads)
     if sel.detector_samples is not None:
+        from rich.console import Console
+
         _write_detection(sel.detector_result, sel.detector_samples, m, o)
         sel.detection["file"] = str(final_path(o) / "retrieval.json")
+        names = [str(h) for h in sel.heads]
+        Console(stderr=True).print(
+            f"detected {len(names)} retrieval heads (score > {threshold}) on this run's NIAH grid: "
+            f"{', '.join(names[:30])}{' ...' if len(names) > 30 else ''} (saved as retrieval.json; "
+            "--from DIR reuses a detection)", highlight=False, soft_wrap=True)
     return sel.heads, sel.source, sel.detection
 
 
@@ -137,7 +175,7 @@ HEADS_HELP = ("retrieval (detected now, or from --from DIR) | induction (likewis
               "L3H1,L5H0 | FILE (ids, a retrieval.json or an induction.json).")
 PROMPTS = typer.Option(None, "--prompts", help='Teacher-forced prompts instead of NIAH: JSONL, one '
                        '{"prompt": ..., "answer": " Paris", "wrong": " Rome"} per line (wrong for logit_diff only).')
-METRIC = typer.Option("logit_diff", "--metric", help="With --prompts: logit_diff (answer - wrong at the last token) "
+METRIC = typer.Option(None, "--metric", help="With --prompts (default logit_diff): logit_diff (answer - wrong at the last token) "
                       "| logprob (sum of log p(answer tokens)) | loss (mean loss on the answer, or the whole prompt).")
 CSV = typer.Option(False, "--csv", help="Also print the tidy table (CSV) on stdout; it is always written beside "
                    "the JSON.")
@@ -149,7 +187,10 @@ def prompt_task(m, prompts: Optional[str], metric: str):
     from ..experiments.tasks import PROMPT_METRICS
 
     if prompts is None:
+        if metric is not None:
+            raise InvalidInputError(f"--metric {metric} applies to --prompts only; NIAH runs measure recall")
         return None
+    metric = metric or "logit_diff"
     if metric not in PROMPT_METRICS:
         raise InvalidInputError(f"--metric {metric!r}: valid metrics are {', '.join(PROMPT_METRICS)}")
     return PromptTask(read_prompts(prompts, m.tokenizer, metric), metric, name=str(prompts))
@@ -167,22 +208,23 @@ def write_task_prompts(task, samples, m, path: Path) -> None:
                                 "input_ids": it.ids, "answer_ids": it.answer_ids, "wrong_ids": it.wrong_ids}) + "\n")
 
 
-def ablate(model: Optional[str] = MODEL,
+def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
            heads: str = typer.Option("retrieval", "--heads", help=HEADS_HELP),
            mode: str = typer.Option("zero", "--mode", help="zero | mean | uniform (query zeroed, as Wu et al.)."),
            decode_only: bool = typer.Option(False, "--decode-only", help="Mask during decoding only, like the "
                                             "original (default: prefill and decode)."),
-           draws: int = typer.Option(3, "--draws", help="Matched random-head draws."),
+           draws: int = typer.Option(3, "--draws", min=0, help="Matched random-head draws."),
            random_pool: str = typer.Option("layer", "--random-pool", help="layer: random heads with the same "
                                            "count per layer (matched); any: the same count from any layer."),
-           n_heads: Optional[int] = typer.Option(None, "--n-heads", help="With --heads random: how many heads."),
+           n_heads: Optional[int] = typer.Option(None, "--n-heads", min=1, help="With --heads random: how many heads."),
            from_dir: Optional[str] = typer.Option(None, "--from", help="Reuse retrieval.json from this directory."),
            seed: int = typer.Option(0, "--seed", help="Seed of the random draws and bootstrap."),
            lengths: str = LENGTHS, depths: str = DEPTHS, seeds: int = SEEDS, haystack: Optional[str] = HAYSTACK,
            needles: Optional[str] = NEEDLES, separator: str = SEPARATOR, max_new_tokens: Optional[int] = MAX_NEW,
            threshold: float = THRESHOLD, prompts: Optional[str] = PROMPTS, metric: str = METRIC,
            batch_size: int = BATCH, device: Optional[str] = DEVICE,
-           dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, as_json: bool = JSON, csv: bool = CSV):
+           dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, overwrite: bool = OVERWRITE, as_json: bool = JSON,
+           csv: bool = CSV):
     """Mask heads on NIAH (or your --prompts); compare with baseline and matched random heads (paired CIs,
     permutation tests, target vs pooled random)."""
     from .. import plotting
@@ -192,18 +234,17 @@ def ablate(model: Optional[str] = MODEL,
 
     if mode not in ABLATION_MODES:
         raise InvalidInputError(f"--mode {mode!r}: valid modes are {', '.join(ABLATION_MODES)}")
-    if draws < 0:
-        raise InvalidInputError("--draws must be >= 0")
     if random_pool not in ("layer", "any"):
         raise InvalidInputError(f"--random-pool {random_pool!r}: use layer (same count per layer) or any")
-    if batch_size < 1:
-        raise InvalidInputError("--batch-size must be >= 1")
-    niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
+    if prompts is None:
+        lengths, depths, seeds = inherit_grid(ctx, heads, from_dir, lengths, depths, seeds)
+    niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens,
+                       paired=prompts is None)
+    o = out_dir(out, "ablate", model_label(model), overwrite=overwrite)
     m = _model(model, device, dtype)
     task = prompt_task(m, prompts, metric)
     if task is None:  # the NIAH grid is only built when no --prompts are given
         niah_for_model(m, niah)
-    o = out_dir(out, "ablate", m.name)
     target, source, detection = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed,
                                                      n_heads)
     cfg = AblationConfig(heads=tuple(target), niah=niah, mode=mode, decode_only=decode_only, draws=draws, seed=seed,

@@ -8,54 +8,60 @@ import typer
 
 from ..errors import InvalidInputError
 from .common import dumps, final_path, niah_config, niah_for_model, out_dir, parse_ints, progress_bar, write_json, write_table
-from .retrieval_cmds import (BATCH, DEPTHS, DEVICE, DTYPE, HAYSTACK, JSON, LENGTHS, MAX_NEW, MODEL, NEEDLES, OUT,
-                             SEEDS, SEPARATOR, THRESHOLD, CSV, HEADS_HELP, METRIC, PROMPTS, _model, prompt_task, resolve_target_heads,
+from .retrieval_cmds import (OVERWRITE, BATCH, DEPTHS, DEVICE, DTYPE, HAYSTACK, JSON, LENGTHS, MAX_NEW, MODEL, NEEDLES, OUT,
+                             SEEDS, SEPARATOR, THRESHOLD, CSV, HEADS_HELP, METRIC, PROMPTS, _model, inherit_grid, model_label, prompt_task, resolve_target_heads,
                              write_task_prompts)
 
 HEADS = typer.Option("retrieval", "--heads", help=HEADS_HELP)
 FROM = typer.Option(None, "--from", help="Reuse retrieval.json from this directory.")
 
 
-def rope_zero(model: Optional[str] = MODEL, heads: str = HEADS,
+def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEADS,
               band: str = typer.Option("lowest", "--band", help="lowest | highest | random | explicit pairs '0,3,5'."),
               dims: str = typer.Option("0,4,8,16,32", "--dims", help="Doses: dims zeroed per head (even numbers), "
                                        "comma-separated; with --unit pairs, pairs."),
               unit: str = typer.Option("dims", "--unit", help="dims | pairs"),
               side: str = typer.Option("q", "--side", help="q (head-specific) | k (hits the whole GQA group) | both"),
-              random_draws: int = typer.Option(3, "--random-draws", help="Random-dim draws per dose."),
-              head_draws: int = typer.Option(2, "--head-draws", help="Matched non-target head sets."),
+              random_draws: int = typer.Option(3, "--random-draws", min=0, help="Random-dim draws per dose."),
+              head_draws: int = typer.Option(2, "--head-draws", min=0, help="Matched non-target head sets."),
               from_dir: Optional[str] = FROM, seed: int = typer.Option(0, "--seed"),
               lengths: str = LENGTHS, depths: str = DEPTHS, seeds: int = SEEDS, haystack: Optional[str] = HAYSTACK,
               needles: Optional[str] = NEEDLES, separator: str = SEPARATOR, max_new_tokens: Optional[int] = MAX_NEW,
               threshold: float = THRESHOLD, prompts: Optional[str] = PROMPTS, metric: str = METRIC,
               batch_size: int = BATCH, device: Optional[str] = DEVICE,
-              dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, as_json: bool = JSON, csv: bool = CSV):
+              dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, overwrite: bool = OVERWRITE,
+              as_json: bool = JSON, csv: bool = CSV):
     """Zero a RoPE frequency band in heads: dose-response of NIAH recall (or your --prompts metric) with dim,
     head and task controls."""
     from .. import plotting
     from ..analyses.rope_zero import RopeZeroConfig, run_rope_zero
     from ..hooks.interventions import ZERO_SIDES
-    from ..rope import require_rope
+    from ..rope import n_pairs_of, require_rope
     from ..tasks.niah import build_niah
 
     if side not in ZERO_SIDES:
         raise InvalidInputError(f"--side {side!r}: valid sides are {', '.join(ZERO_SIDES)}")
     doses = parse_ints(dims, "--dims")
-    band_arg = band if band in ("lowest", "highest", "random") else parse_ints(band, "--band")
-    niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
+    if band not in ("lowest", "highest", "random"):
+        parse_ints(band, "--band")
+        raise InvalidInputError("explicit pair bands are available from the library (interp.rope.resolve_dims); "
+                                "the CLI dose-response takes --band lowest|highest|random")
+    if prompts is None:
+        lengths, depths, seeds = inherit_grid(ctx, heads, from_dir, lengths, depths, seeds)
+    niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens,
+                       paired=prompts is None)
+    o = out_dir(out, "rope-zero", model_label(model), overwrite=overwrite)
     m = _model(model, device, dtype)
-    require_rope(m.spec)
+    rope = require_rope(m.spec)
+    for d in doses:  # every dose is checked before any detection or decoding
+        n_pairs_of(d, unit, rope)
     task = prompt_task(m, prompts, metric)
     if task is None:  # the NIAH grid is only built when no --prompts are given
         niah_for_model(m, niah)
-    o = out_dir(out, "rope-zero", m.name)
     target, source, _ = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed)
-    cfg = RopeZeroConfig(heads=tuple(target), niah=niah, band=band_arg if isinstance(band_arg, str) else "explicit",
+    cfg = RopeZeroConfig(heads=tuple(target), niah=niah, band=band,
                          doses=doses, unit=unit, side=side, random_draws=random_draws, head_draws=head_draws,
                          seed=seed, batch_size=batch_size, heads_source=source)
-    if not isinstance(band_arg, str):
-        raise InvalidInputError("explicit pair bands are available from the library (interp.rope.resolve_dims); "
-                                "the CLI dose-response takes --band lowest|highest|random")
     samples = build_niah(m.tokenizer, niah) if task is None else None
     n = len(samples) if task is None else task.n
     n_runs = 1 + sum(1 + random_draws + head_draws for d in doses if d > 0)
@@ -100,21 +106,23 @@ def _print_rope_zero(d, o):
 
 def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Optional[str] = FROM,
                  statistic: str = typer.Option("qk_norm", "--statistic", help="q_norm | k_norm | qk_norm | low_share"),
-                 n_texts: int = typer.Option(8, "--texts", help="Corpus passages."),
-                 n_tokens: int = typer.Option(256, "--tokens", help="Tokens per passage."),
+                 n_texts: int = typer.Option(8, "--texts", min=1, help="Corpus passages."),
+                 n_tokens: int = typer.Option(256, "--tokens", min=2, help="Tokens per passage."),
                  seed: int = typer.Option(0, "--seed"), lengths: str = LENGTHS, depths: str = DEPTHS,
                  seeds: int = SEEDS, threshold: float = THRESHOLD, batch_size: int = BATCH,
                  device: Optional[str] = DEVICE, dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
-                 as_json: bool = JSON):
+                 overwrite: bool = OVERWRITE, as_json: bool = JSON):
     """Per-head, per-frequency-pair share of the q.k logit magnitude; a q/k norm statistic, retrieval vs other heads."""
     from .. import plotting
-    from ..analyses.rope_profile import RopeProfileConfig, run_rope_profile
+    from ..analyses.rope_profile import STATISTICS, RopeProfileConfig, run_rope_profile
     from ..rope import require_rope
 
+    if statistic not in STATISTICS:
+        raise InvalidInputError(f"--statistic {statistic!r}: valid are {', '.join(STATISTICS)}")
     niah = niah_config(lengths, depths, seeds, None, None, "\\n", None)
+    o = out_dir(out, "rope-profile", model_label(model), overwrite=overwrite)
     m = _model(model, device, dtype)
     require_rope(m.spec)
-    o = out_dir(out, "rope-profile", m.name)
     target, source, _ = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed)
     cfg = RopeProfileConfig(retrieval_heads=tuple(target), heads_source=source, n_texts=n_texts, n_tokens=n_tokens,
                             seed=seed, statistic=statistic, batch_size=batch_size)

@@ -15,9 +15,9 @@ MODEL = typer.Option(None, "--model", "-m", help="Alias, checkpoint dir or Hub i
                      "bundled default organism, else minilm-l6).")
 DATA = typer.Option(None, "--data", help="A .jsonl file (one object per line, text under --text-key), a text file "
                     "(one text per non-empty line), or 'corpus' (default: interp's corpus generator, held-out seeds).")
-N_SEQ = typer.Option(None, "--n-sequences", "-n", help="Texts to use (corpus default 512; files: all).")
-MAX_LEN = typer.Option(128, "--max-length", help="Tokens per sequence (longer texts are truncated).")
-BATCH = typer.Option(16, "--batch-size", help="Sequences per forward pass.")
+N_SEQ = typer.Option(None, "--n-sequences", "-n", min=1, help="Texts to use (corpus default 512; files: all).")
+MAX_LEN = typer.Option(128, "--max-length", min=2, help="Tokens per sequence (longer texts are truncated).")
+BATCH = typer.Option(16, "--batch-size", min=1, help="Sequences per forward pass.")
 DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:1, ... (default: cuda if available).")
 MODEL_DTYPE = typer.Option(None, "--model-dtype", help="float32, bfloat16, float16 (default: float32 on CPU).")
 JSON = typer.Option(False, "--json", help="Print the result JSON on stdout.")
@@ -69,10 +69,10 @@ def cache(model: Optional[str] = MODEL,
                                   "is resumed)."),
           layers: Optional[str] = typer.Option(None, "--layers", help="Restrict site groups to these layers."),
           n_sequences: Optional[int] = N_SEQ, max_length: int = MAX_LEN, batch_size: int = BATCH,
-          shard_size: int = typer.Option(256, "--shard-size", help="Sequences per shard (the unit of resume)."),
+          shard_size: int = typer.Option(256, "--shard-size", min=1, help="Sequences per shard (the unit of resume)."),
           dtype: str = typer.Option("float32", "--dtype", help="On-disk dtype: float32 or float16."),
           text_key: str = typer.Option("text", "--text-key", help="Field holding the text in a .jsonl file."),
-          seed: int = typer.Option(0, "--seed", help="Corpus generator seed (0..899)."),
+          seed: int = typer.Option(0, "--seed", min=0, max=899, help="Corpus generator seed (0..899)."),
           overwrite: bool = typer.Option(False, "--overwrite", help="Replace a store written with other settings."),
           device: Optional[str] = DEVICE, model_dtype: Optional[str] = MODEL_DTYPE, as_json: bool = JSON):
     """Run a model over a dataset and stream activations of many sites to a memory-mapped store on disk."""
@@ -102,14 +102,16 @@ def probe(model: Optional[str] = MODEL,
           batch_size: int = BATCH,
           sites: Optional[str] = typer.Option(None, "--sites", help="Sites to probe (default: the residual stream "
                                               "at every depth)."),
-          top_tokens: int = typer.Option(64, "--top-tokens", help="Classes of the token-identity probe."),
-          pos_dims: int = typer.Option(2, "--pos-dims", help="Dimensions of the positional subspace (PCs of pos[t])."),
+          top_tokens: int = typer.Option(64, "--top-tokens", min=2, help="Classes of the token-identity probe."),
+          pos_dims: int = typer.Option(2, "--pos-dims", min=1, help="Dimensions of the positional subspace (PCs of pos[t])."),
           heads: bool = typer.Option(True, "--heads/--no-heads", help="Classify heads (needs the model)."),
           text_key: str = typer.Option("text", "--text-key", help="Field holding the text in a .jsonl file."),
           seed: int = typer.Option(0, "--seed", help="Seed of the splits, shuffles and prompts."),
           device: Optional[str] = DEVICE, model_dtype: Optional[str] = MODEL_DTYPE,
           out: Optional[str] = typer.Option(None, "--out", "-o", help="Output directory (default: "
-                                            "runs/probe-<model>-<time>)."), as_json: bool = JSON):
+                                            "runs/probe-<model>-<time>)."),
+          overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run already in --out."),
+          as_json: bool = JSON):
     """Positional vs semantic probes per layer, subspace angles, pos[t] decomposition and PCA, head classes."""
     from ..probes import ProbeConfig, figures, probe_steps, run_probes
     from ..probes.report import markdown
@@ -125,13 +127,22 @@ def probe(model: Optional[str] = MODEL,
         m = _load(model or st.model.get("name"), device, model_dtype) if (model or heads) else None
         if m is not None:
             st.check_model(m)
-        o = out_dir(out, "probe", (m.name if m else st.model.get("name")) or "store", staged=False)
+        o = out_dir(out, "probe", (m.name if m else st.model.get("name")) or "store", staged=False,
+                    overwrite=overwrite)
     else:
         m = _load(model, device, model_dtype)
         d = _data(data, n_sequences, text_key, seed)
         ccfg = CacheConfig(sites=("resid",), max_length=max_length, batch_size=batch_size)
-        o = out_dir(out, "probe", m.name, staged=False)
-        st = _cache(m, d, o / "store", ccfg, overwrite=False)
+        if pcfg.sites:  # checked against what will be cached, before any caching
+            from ..store.cache import resolve_sites
+
+            have = [str(s) for s in resolve_sites(m, ccfg.sites)]
+            bad = [s for s in pcfg.sites if s not in have]
+            if bad:
+                raise InvalidInputError(f"--sites {', '.join(bad)}: probe caches the residual stream "
+                                        f"({', '.join(have)}); for other sites `interp cache` them and pass --store")
+        o = out_dir(out, "probe", m.name, staged=False, overwrite=overwrite)
+        st = _cache(m, d, o / "store", ccfg, overwrite=overwrite)
     prog, advance = progress_bar(probe_steps(st, pcfg), "probes")
     with prog:
         res = run_probes(st, pcfg, model=m if heads else None, progress=advance)

@@ -34,10 +34,9 @@ def _check_bounds(heads, spec) -> None:
 
 
 def _from_file(p: Path) -> tuple[tuple[HeadId, ...], str]:
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InvalidInputError(f"heads file {p} is not UTF-8 text") from None
+    from ..tasks.jsonl import read_user_text
+
+    text = read_user_text(p, "--heads file")
     if p.suffix == ".json":
         try:
             d = json.loads(text)
@@ -54,10 +53,15 @@ def _saved(from_dir: str, name: str, key: str, model) -> tuple[dict, Path]:
     if not f.is_file():
         raise InvalidInputError(f"--from {from_dir}: no {name} there; run `interp detect "
                                 f"{name.split('.')[0]}` first")
+    from ..tasks.jsonl import read_user_text
+
+    text = read_user_text(f, "--from file")
     try:
-        d = json.loads(f.read_text(encoding="utf-8"))
+        d = json.loads(text)
         heads = d[key]
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+        if not isinstance(heads, list):
+            raise TypeError
+    except (json.JSONDecodeError, KeyError, TypeError):
         raise InvalidInputError(f"{f} is not a {name} written by interp (needs a {key!r} list)") from None
     if d.get("model") != model.name:
         raise InvalidInputError(f"{f} was computed on {d.get('model')!r}, not {model.name!r}")

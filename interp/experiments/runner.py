@@ -44,6 +44,9 @@ def run_conditions(model, task: Task, conditions: Sequence[Condition], batch_siz
     run (and for every condition with the same key)."""
     if batch_size < 1:
         raise InvalidInputError("batch_size must be >= 1")
+    if len(conditions) > 1 and task.n < 2:
+        raise InvalidInputError(f"{task.n} sample(s): paired comparisons between conditions need at least 2 "
+                                "(more seeds, lengths, depths or prompts)")
     names = [c.name for c in conditions]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

@@ -119,6 +119,24 @@ def run_niah(model, samples, interventions: Sequence = (), decode_only: bool = F
     return outcomes  # type: ignore[return-value]
 
 
+def _check_decode_only(samples) -> None:
+    """Masking during decoding only never touches the answer's first token (it comes from the unmasked
+    prefill): with one-token answers the masked steps cannot change recall. Refused when every answer is
+    one token; an InterpWarning when some are."""
+    short = sum(len(s.answer_ids) <= 1 for s in samples)
+    if short == len(samples):
+        raise InvalidInputError("decode-only masking cannot change one-token answers (the first answer token "
+                                "comes from the unmasked prefill), and every answer here is one token: mask "
+                                "prefill and decoding (drop --decode-only), or use longer answers")
+    if short:
+        import warnings
+
+        from ..errors import InterpWarning
+
+        warnings.warn(InterpWarning(f"{short} of {len(samples)} answers are one token: decode-only masking cannot "
+                                    "change them (their token comes from the unmasked prefill)"), stacklevel=3)
+
+
 class NiahTask(Task):
     """NIAH recall by greedy decoding: `recall` (answer in the continuation), `exact_prefix`."""
 
@@ -132,6 +150,8 @@ class NiahTask(Task):
             raise InvalidInputError("the NIAH task has no prompts")
         self.config = config or NiahConfig()
         self.decode_only = decode_only
+        if decode_only:
+            _check_decode_only(self.samples)
 
     @classmethod
     def build(cls, tokenizer, config, decode_only: bool = False) -> "NiahTask":

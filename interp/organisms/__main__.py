@@ -8,10 +8,18 @@ import sys
 from pathlib import Path
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (like the rest of the CLI), exit code 2."""
+
+    def error(self, message):
+        print(f"error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = argparse.ArgumentParser(prog="python -m interp.organisms")
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    ap = _Parser(prog="python -m interp.organisms")
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     t = sub.add_parser("tokenizer", help="fit the shared tokenizer into data/organisms/tokenizer")
     t.add_argument("--out", default=None)
     b = sub.add_parser("build", help="train an organism")
@@ -49,7 +57,7 @@ def main(argv=None) -> int:
         try:
             cfg = config_with(args.name, args.overrides)
         except (KeyError, ValueError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
             return 2
         out = Path(args.out) if args.out else DATA_DIR / args.name
         train(cfg, out, steps=args.steps, threads=args.threads, command=command,
@@ -61,6 +69,11 @@ def main(argv=None) -> int:
     path = Path(args.name)
     if not path.is_dir():
         path = DATA_DIR / args.name
+    if not (path / "config.json").is_file():
+        built = sorted(p.name for p in DATA_DIR.iterdir() if (p / "config.json").is_file()) if DATA_DIR.is_dir() else []
+        print(f"error: no organism {args.name!r} (no config.json in {path}); built: {', '.join(built) or 'none'}; "
+              "build one with `interp organisms build NAME`", file=sys.stderr)
+        return 2
     res = evaluate(path, lengths=args.lengths, n_per_cell=args.n_per_cell, threads=args.threads,
                    write=not args.no_write, command=command)
     print(f"NIAH recall {res['niah']['recall']:.3f}; copy gap {res['copy']['gap_nats']:.3f} nats")

@@ -34,7 +34,9 @@ class TextData:
             h.update(b"\0")
             n += 1
         if n == 0:
-            raise InvalidInputError(f"dataset {self.describe()} holds no texts")
+            d = self.describe()
+            where = f"{d['kind']} file {d['path']}" if d.get("path") else f"dataset {d}"
+            raise InvalidInputError(f"{where} holds no texts (blank lines are skipped)")
         return {**self.describe(), "sha256": h.hexdigest(), "n_sequences": n}
 
 
@@ -81,9 +83,10 @@ class TextFile(TextData):
     limit: int | None = None
 
     def __post_init__(self):
+        from ..tasks.jsonl import read_user_text
+
+        read_user_text(self.path, "--data file")  # missing, a folder, not UTF-8: refused before any caching
         p = Path(self.path)
-        if not p.is_file():
-            raise InvalidInputError(f"data file {self.path}: no such file")
         if self.limit is not None and self.limit < 1:
             raise InvalidInputError("limit must be >= 1")
         self.jsonl = p.suffix.lower() in (".jsonl", ".ndjson")

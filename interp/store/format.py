@@ -1,4 +1,4 @@
-"""On-disk format of an activation store: manifest, shard files, the writer lock, errors.
+"""On-disk format of an activation store: manifest, shard files, checksums, the writer lock, errors.
 
 Layout of a store directory::
 
@@ -16,12 +16,41 @@ Layout of a store directory::
 Every `.npy` file opens with ``numpy.load(path, mmap_mode="r")``. A shard folder appears under its
 final name only after all its files are complete and flushed, and the manifest lists it only after
 that, so a killed writer leaves nothing that looks valid but is not.
+
+Manifest (version 2): the header given to the writer (identity, sites, meta, model, dataset, ...),
+"n_tokens", "n_sequences_written", "complete", and "shards", one entry per committed shard::
+
+    {"name": "00001", "index": 1, "seq_start": 256, "n_sequences": 256, "tok_start": 20317,
+     "n_tokens": 20112, "files": {"L3.resid_pre.npy": 30889088, ...},
+     "checksum_algo": "crc32", "checksums": {"L3.resid_pre.npy": "9a3c01fe", ...}}
+
+Checksums: the CRC-32 (zlib.crc32, the same value as the `crc32` tool and Python's
+``zlib.crc32(open(f, "rb").read())``, as 8 hex digits) of every byte of each file, the .npy
+header included, computed by the writer as it appends each batch (the file is never read back).
+They catch damage that keeps a file's size: flipped bits, zeroed ranges, an edited .npy header,
+two shard folders swapped (shards differ at least in seq.npy; byte-identical shards are
+interchangeable). CRC-32 is an error-detecting code, not a defence against deliberate tampering.
+`ActivationStore.verify()` and every writer that opens an existing store (a resume, or a rerun
+over a complete store) recompute them: one full read of each committed file. Opening a store checks
+only sizes (cheap); `ActivationStore(path, checksum_reads=True)` also checks a file's checksum the
+first time it is mapped.
+
+The shard list must be whole: entry i is named shard_name(i) with index i, each entry's seq_start
+and tok_start continue the previous entry, and n_tokens / n_sequences_written are the sums over the
+entries. A manifest that breaks this (a shard entry removed, say) cannot come from a killed writer
+(the manifest is replaced atomically), so it is refused as corrupt by every reader and writer
+rather than read as an incomplete store, which a resume would silently "repair".
+
+Version 1 stores (before checksums) are refused with a message to rewrite them (`--overwrite`):
+they cannot be verified, and a store is a cache that can be regenerated.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +58,15 @@ import numpy as np
 from ..errors import InterpError
 
 FORMAT = "interp-activation-store"
-VERSION = 1
+VERSION = 2
 MANIFEST = "manifest.json"
 LOCK = ".lock"
 SHARDS = "shards"
 META_ARRAYS = {"tokens": "int32", "positions": "int32", "seq": "int32", "special": "uint8", "category": "int8"}
 STORE_DTYPES = ("float32", "float16")
+CHECKSUM_ALGO = "crc32"  # what writers record; readers verify whatever an entry's checksum_algo names
+CHECKSUM_ALGOS = ("crc32", "adler32", "sha256", "blake2b")
+REWRITE = "Rewrite the store: rerun `interp cache ... --overwrite` (or cache_activations(..., overwrite=True))"
 
 
 class StoreError(InterpError):
@@ -42,7 +74,8 @@ class StoreError(InterpError):
 
 
 class StoreCorruptError(StoreError):
-    """A committed shard is truncated or missing files: rewrite it (rerun `interp cache`, --overwrite)."""
+    """A committed shard is truncated, missing files or fails its checksum, or the manifest is
+    inconsistent: rewrite the store (rerun `interp cache ... --overwrite`)."""
 
 
 class StoreLockedError(StoreError):
@@ -84,10 +117,80 @@ def read_manifest(path: Path) -> dict:
         raise StoreCorruptError(f"{f} is not valid JSON ({e}); rerun `interp cache ... --overwrite`") from None
     if m.get("format") != FORMAT:
         raise StoreError(f"{f} is not an interp activation store manifest (format={m.get('format')!r})")
+    if m.get("version") == 1:
+        raise StoreError(f"{f}: store format version 1 (written before shard checksums) cannot be verified and "
+                         f"is no longer read; this interp reads version {VERSION}. {REWRITE}")
     if m.get("version") != VERSION:
         raise StoreError(f"{f}: store format version {m.get('version')} is not supported (this interp reads "
                          f"version {VERSION}); rewrite the store with this version of interp")
+    check_manifest(path, m)
     return m
+
+
+def check_manifest(root: Path, m: dict) -> None:
+    """Raise StoreCorruptError unless the shard list is whole: entries 0..n-1 in order, contiguous
+    sequence and token ranges, totals equal to the sums over the entries, each entry with checksums."""
+    def bad(what):
+        raise StoreCorruptError(f"store {root}: {MANIFEST} is inconsistent: {what}. A shard entry was removed "
+                                f"or edited; the store cannot be trusted. {REWRITE}")
+
+    shards = m.get("shards")
+    if not isinstance(shards, list):
+        bad("no shard list")
+    seq = tok = 0
+    for i, s in enumerate(shards):
+        name = s.get("name") if isinstance(s, dict) else None
+        if name != shard_name(i) or s.get("index") != i:
+            bad(f"entry {i} is shard {name!r} (index {s.get('index') if isinstance(s, dict) else None!r}), "
+                f"expected {shard_name(i)!r}: shard indices are not 0..{len(shards) - 1}")
+        if s.get("seq_start") != seq or s.get("tok_start") != tok:
+            bad(f"shard {name} starts at sequence {s.get('seq_start')} / token {s.get('tok_start')}, but the "
+                f"shards before it end at sequence {seq} / token {tok}")
+        files, sums = s.get("files"), s.get("checksums")
+        if not isinstance(files, dict) or not isinstance(sums, dict) or set(sums) != set(files):
+            bad(f"shard {name} does not record a checksum for each of its files")
+        if s.get("checksum_algo") not in CHECKSUM_ALGOS:
+            bad(f"shard {name} has checksum_algo {s.get('checksum_algo')!r} (known: {', '.join(CHECKSUM_ALGOS)})")
+        seq += s.get("n_sequences", 0)
+        tok += s.get("n_tokens", 0)
+    if m.get("n_sequences_written") != seq or m.get("n_tokens") != tok:
+        bad(f"it records {m.get('n_sequences_written')} sequences / {m.get('n_tokens')} tokens, its "
+            f"{len(shards)} shard entries hold {seq} / {tok}")
+
+
+class Checksum:
+    """Running checksum of one file, fed its bytes in order; `hexdigest()` at the end."""
+
+    def __init__(self, algo: str = CHECKSUM_ALGO):
+        if algo not in CHECKSUM_ALGOS:
+            raise StoreError(f"unknown checksum algorithm {algo!r}; known: {', '.join(CHECKSUM_ALGOS)}")
+        self.algo = algo
+        self._v = 1 if algo == "adler32" else 0
+        self._fn = {"crc32": zlib.crc32, "adler32": zlib.adler32}.get(algo)
+        self._h = None if self._fn else hashlib.new(algo)
+
+    def update(self, data) -> None:
+        if self._fn is not None:
+            self._v = self._fn(data, self._v)
+        else:
+            self._h.update(data)
+
+    def hexdigest(self) -> str:
+        return f"{self._v:08x}" if self._fn is not None else self._h.hexdigest()
+
+
+def file_checksum(path: Path, algo: str = CHECKSUM_ALGO, chunk: int = 8 * 1024 * 1024) -> str:
+    """Checksum of a whole file, read once in chunks (memory: one chunk)."""
+    c = Checksum(algo)
+    buf = bytearray(chunk)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            c.update(view[:n])
+    return c.hexdigest()
 
 
 def write_manifest(path: Path, manifest: dict) -> None:
@@ -128,6 +231,23 @@ def check_shard_files(root: Path, shard: dict) -> None:
             raise StoreCorruptError(f"store {root}: shard {shard['name']} file {fname} is truncated or damaged "
                                     f"({actual} bytes, manifest records {size}). Rewrite the store "
                                     f"(`interp cache ... --overwrite`)")
+
+
+def check_file_checksum(root: Path, shard: dict, fname: str) -> None:
+    """Raise StoreCorruptError unless file `fname` of a committed shard has its recorded checksum."""
+    algo, want = shard["checksum_algo"], shard["checksums"][fname]
+    got = file_checksum(Path(root) / SHARDS / shard["name"] / fname, algo)
+    if got != want:
+        raise StoreCorruptError(f"store {root}: shard {shard['name']} file {fname} fails its checksum ({algo} {got}, "
+                                f"the manifest records {want}): its bytes changed after it was written (flipped or "
+                                f"zeroed bytes, an edited .npy header, or shard folders swapped or copied). {REWRITE}")
+
+
+def check_shard_checksums(root: Path, shard: dict) -> None:
+    """Sizes first (cheap, clear message for truncation), then every file's checksum (one full read)."""
+    check_shard_files(root, shard)
+    for fname in shard["files"]:
+        check_file_checksum(root, shard, fname)
 
 
 class WriterLock:

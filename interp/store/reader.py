@@ -8,8 +8,8 @@ from typing import Iterator
 import numpy as np
 
 from ..errors import InvalidInputError
-from .format import (META_ARRAYS, SHARDS, StoreCorruptError, StoreMismatchError, check_shard_files,
-                     read_manifest)
+from .format import (META_ARRAYS, REWRITE, SHARDS, StoreCorruptError, StoreMismatchError, check_file_checksum,
+                     check_shard_checksums, check_shard_files, read_manifest)
 
 
 class ActivationStore:
@@ -22,14 +22,22 @@ class ActivationStore:
     `store.meta("positions")` -> per-token metadata over all shards (small integer arrays).
     A store still being written (or interrupted) opens with `complete == False` and its committed
     shards only.
+
+    Checks (StoreCorruptError): opening checks the manifest's shard list (always) and, with
+    verify=True, that every file exists with its recorded size (no file is read). `verify()` also
+    recomputes every file's checksum (one full read). checksum_reads=True checks each file's
+    checksum the first time it is mapped (a full read of that file, once per store object; off by
+    default so that reading a few rows stays lazy).
     """
 
-    def __init__(self, path, verify: bool = True):
+    def __init__(self, path, verify: bool = True, checksum_reads: bool = False):
         self.path = Path(path)
         self.manifest = read_manifest(self.path)
         if verify:
             for s in self.shards:
                 check_shard_files(self.path, s)
+        self.checksum_reads = checksum_reads
+        self._checked: set[tuple[str, str]] = set()
         self._meta_cache: dict[str, np.ndarray] = {}
 
     def __repr__(self):
@@ -106,6 +114,9 @@ class ActivationStore:
         if s["n_tokens"] == 0:
             dtype = self.manifest["sites"][name]["dtype"] if name in self.manifest["sites"] else META_ARRAYS[name]
             return np.empty(want, dtype=dtype)
+        if self.checksum_reads and (s["name"], name) not in self._checked:
+            check_file_checksum(self.path, s, f"{name}.npy")
+            self._checked.add((s["name"], name))
         try:
             a = np.load(p, mmap_mode=mode)
         except (ValueError, OSError, EOFError) as e:
@@ -113,7 +124,10 @@ class ActivationStore:
                                     f"is truncated or damaged: rewrite the store (`interp cache ... --overwrite`)") from None
         if tuple(a.shape) != want:
             raise StoreCorruptError(f"store {self.path}: shard {s['name']} {name}.npy has shape {tuple(a.shape)}, "
-                                    f"the manifest says {want}")
+                                    f"the manifest says {want}. {REWRITE}")
+        if a.dtype.str[1:] != np.dtype(self._dtype(name)).str[1:]:  # kind and size; either byte order reads right
+            raise StoreCorruptError(f"store {self.path}: shard {s['name']} {name}.npy holds {a.dtype}, the manifest "
+                                    f"says {self._dtype(name)}: its .npy header was changed. {REWRITE}")
         return a
 
     def tensor(self, site: str, shard: int):
@@ -160,12 +174,14 @@ class ActivationStore:
         return self._meta_cache[name]
 
     def verify(self) -> None:
-        """Full check: every committed file maps with the recorded shape."""
+        """Full check, one read of every committed file: the manifest's shard list (checked when the
+        store was opened), each file's size, its checksum, then that it maps with the recorded dtype
+        and shape. Raises StoreCorruptError naming the shard, the file and what is wrong."""
         for i, s in enumerate(self.shards):
-            check_shard_files(self.path, s)
+            check_shard_checksums(self.path, s)
             for name in list(self.manifest["sites"]) + self.meta_names:
                 self.numpy(name, i)
 
 
-def open_store(path, verify: bool = True) -> ActivationStore:
-    return ActivationStore(path, verify=verify)
+def open_store(path, verify: bool = True, checksum_reads: bool = False) -> ActivationStore:
+    return ActivationStore(path, verify=verify, checksum_reads=checksum_reads)

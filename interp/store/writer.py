@@ -2,8 +2,11 @@
 
 A shard is written into `shards/.tmp-NNNNN/` file by file (an .npy header with the final shape,
 then the rows appended batch by batch, so memory stays at one batch), flushed and fsynced, renamed
-to `shards/NNNNN/`, and only then added to the manifest, which is replaced atomically. Opening a
-writer on an existing store resumes it when its `identity` matches and refuses otherwise.
+to `shards/NNNNN/`, and only then added to the manifest, which is replaced atomically. Each file's
+checksum is updated with every batch as it is appended (never read back) and recorded in the
+shard's manifest entry. Opening a writer on an existing store resumes it when its `identity`
+matches and refuses otherwise; before resuming it checks the manifest's shard list and every
+committed file's size and checksum (one read of the store), and refuses a damaged store.
 """
 
 from __future__ import annotations
@@ -12,13 +15,20 @@ import json
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from .format import (FORMAT, MANIFEST, META_ARRAYS, SHARDS, VERSION, StoreCorruptError, StoreError,
-                     StoreMismatchError, WriterLock, check_shard_files, fsync_dir, npy_bytes, npy_header,
-                     read_manifest, shard_name, write_manifest)
+from .format import (CHECKSUM_ALGO, FORMAT, MANIFEST, META_ARRAYS, SHARDS, VERSION, Checksum, StoreCorruptError,
+                     StoreError, StoreMismatchError, WriterLock, check_shard_checksums, fsync_dir, npy_bytes,
+                     npy_header, read_manifest, shard_name, write_manifest)
+
+# Private, for bench/store.py only: the algorithm new shards are checksummed with; None writes no
+# checksums (such a store is refused by every reader: it measures what the checksum costs).
+_CHECKSUM_ALGO: str | None = CHECKSUM_ALGO
+# Private, for bench/store.py only: False computes the checksums in the writing thread, after each write.
+_CHECKSUM_THREAD = True
 
 
 def _normalise(obj):
@@ -46,6 +56,7 @@ class StoreWriter:
         self.overwrite = overwrite
         self.lock = WriterLock(self.path)
         self.manifest: dict | None = None
+        self._hasher: ThreadPoolExecutor | None = None  # one thread: checksums overlap the writes
         for m in self.header["meta"]:
             if m not in META_ARRAYS:
                 raise StoreError(f"unknown metadata array {m!r}; known: {', '.join(META_ARRAYS)}")
@@ -67,6 +78,8 @@ class StoreWriter:
         except BaseException:
             self.lock.release()
             raise
+        if _CHECKSUM_THREAD:
+            self._hasher = ThreadPoolExecutor(1, thread_name_prefix="interp-store-checksum")
         return self
 
     def _open_existing(self):
@@ -80,8 +93,8 @@ class StoreWriter:
             if diff:
                 raise StoreMismatchError(f"{p} holds a store written with other settings; pass --overwrite to "
                                          f"replace it or choose another directory. Differences: " + "; ".join(diff))
-            for s in old["shards"]:
-                check_shard_files(p, s)
+            for s in old["shards"]:  # damage must not be extended: sizes, then checksums (one read)
+                check_shard_checksums(p, s)
             self.manifest = old
         (p / SHARDS).mkdir(exist_ok=True)
         listed = {s["name"] for s in (self.manifest or {}).get("shards", [])}
@@ -95,6 +108,9 @@ class StoreWriter:
             write_manifest(p, self.manifest)
 
     def __exit__(self, *exc):
+        if self._hasher is not None:
+            self._hasher.shutdown(wait=True)
+            self._hasher = None
         self.lock.release()
 
     # ---- state -----------------------------------------------------------------------------
@@ -148,11 +164,17 @@ class ShardWriter:
         self.tmp.mkdir()
         self.layout = {m: ((), META_ARRAYS[m]) for m in writer.header["meta"]}
         self.layout.update({s: (tuple(v["shape"]), v["dtype"]) for s, v in writer.header["sites"].items()})
+        self.algo = _CHECKSUM_ALGO
         self.files = {}
+        self.sums: dict[str, Checksum] = {}
         for name, (shape, dtype) in self.layout.items():
             f = open(self.tmp / f"{name}.npy", "wb")
-            f.write(npy_header(dtype, (self.n_tokens, *shape)))
+            head = npy_header(dtype, (self.n_tokens, *shape))
+            f.write(head)
             self.files[name] = f
+            if self.algo:
+                self.sums[name] = Checksum(self.algo)
+                self.sums[name].update(head)
         self.filled = 0
 
     def append(self, arrays: dict) -> None:
@@ -168,9 +190,25 @@ class ShardWriter:
                 raise StoreError(f"{name}: rows of shape {tuple(a.shape)}, expected ({n}, {', '.join(map(str, shape))})")
         if self.filled + n > self.n_tokens:
             raise StoreError(f"shard {self.name}: {self.filled + n} rows appended, {self.n_tokens} declared")
-        for name, (_, dtype) in self.layout.items():
-            self.files[name].write(np.ascontiguousarray(arrays[name], dtype=dtype).data)
+        bufs = [(name, np.ascontiguousarray(arrays[name], dtype=dtype).data)
+                for name, (_, dtype) in self.layout.items()]
+        # the checksums of these bytes, in a second thread while this one writes them (zlib.crc32
+        # and file writes release the GIL); done before returning, so the caller may reuse its arrays
+        pool = self.writer._hasher
+        job = pool.submit(self._checksum, bufs) if self.algo and pool is not None else None
+        try:
+            for name, buf in bufs:
+                self.files[name].write(buf)
+        finally:
+            if job is not None:
+                job.result()
+        if self.algo and pool is None:
+            self._checksum(bufs)
         self.filled += n
+
+    def _checksum(self, bufs) -> None:
+        for name, buf in bufs:
+            self.sums[name].update(buf)
 
     def commit(self, **info) -> dict:
         if self.filled != self.n_tokens:
@@ -189,8 +227,11 @@ class ShardWriter:
         os.rename(self.tmp, final)
         fsync_dir(self.tmp.parent)
         w = self.writer
-        entry = {"name": self.name, "seq_start": w.next_sequence, "n_sequences": self.n_sequences,
+        entry = {"name": self.name, "index": self.index, "seq_start": w.next_sequence, "n_sequences": self.n_sequences,
                  "tok_start": w.next_token, "n_tokens": self.n_tokens, "files": sizes, **info}
+        if self.algo:
+            entry["checksum_algo"] = self.algo
+            entry["checksums"] = {f"{name}.npy": c.hexdigest() for name, c in self.sums.items()}
         w._commit(entry)
         return entry
 

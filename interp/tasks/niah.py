@@ -16,6 +16,7 @@ Sources:
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from dataclasses import asdict, dataclass, field
@@ -101,14 +102,75 @@ def _load_needles(path: str) -> list[dict]:
     return out
 
 
-def _load_haystack_ids(path: str, tok) -> list[int]:
-    p = Path(path)
-    if not p.is_file():
-        raise InvalidInputError(f"haystack file {path} does not exist")
-    ids = _encode(tok, p.read_text())
-    if len(ids) < 8:
+HAYSTACK_UNIT_WORDS = 40  # a sentence longer than this is split at whitespace into pieces of this many words
+
+
+def _haystack_units(text: str) -> list[str]:
+    """A haystack text as sentences (split after . ! ? and at line breaks), long ones split at whitespace:
+    the needle goes between two units, never inside a word."""
+    import re
+
+    units = []
+    for sent in re.split(r"(?<=[.!?])\s+|\n+", text):
+        words = sent.split()
+        units += [" ".join(words[i:i + HAYSTACK_UNIT_WORDS]) for i in range(0, len(words), HAYSTACK_UNIT_WORDS)]
+    return units
+
+
+def _load_haystack_units(path: str, tok) -> list[tuple[list[int], str]]:
+    """(token ids, text) of every unit of a user haystack; ids with a leading space (units follow one another)."""
+    from .jsonl import read_user_text
+
+    texts = _haystack_units(read_user_text(path, "haystack file"))
+    units = [(_encode(tok, " " + u), u) for u in texts]
+    units = [u for u in units if u[0]]
+    if sum(len(ids) for ids, _ in units) < 8:
         raise InvalidInputError(f"haystack file {path} has fewer than 8 tokens")
-    return ids
+    return units
+
+
+def _check_needles(needles: list[dict], config: "NiahConfig", path: str) -> None:
+    """Every seed of a (length, depth) cell should have its own needle. With a user haystack (the same for
+    every seed) fewer needles than seeds repeat whole prompts (n=20 that is n=10): refused. With the
+    corpus haystack the prompts still differ, but needles repeat: an InterpWarning."""
+    distinct = len({(n["needle"], n["question"], n["answer"]) for n in needles})
+    if distinct >= config.n_seeds:
+        return
+    msg = (f"needles file {path} has {distinct} distinct needles but {config.n_seeds} seeds per (length, depth) "
+           "were asked")
+    if config.haystack_file:
+        raise InvalidInputError(f"{msg}: with the same --haystack, {config.n_seeds - distinct} prompts per cell "
+                                f"would repeat others; pass --seeds <= {distinct} or add needles")
+    import warnings
+
+    from ..errors import InterpWarning
+
+    warnings.warn(InterpWarning(f"{msg}: needles repeat across seeds (the prompts differ only in the corpus "
+                                "haystack)"), stacklevel=3)
+
+
+def _check_distinct(samples: list["NiahSample"]) -> None:
+    """Identical prompts in one (length, depth) cell would count one prompt twice in every statistic."""
+    cells: dict = {}
+    for s in samples:
+        cells.setdefault((s.context_length, s.depth), set()).add(tuple(s.input_ids))
+    for (n_ctx, depth), ids in cells.items():
+        n = sum(1 for s in samples if (s.context_length, s.depth) == (n_ctx, depth))
+        if len(ids) < n:
+            raise InvalidInputError(f"the NIAH cell (length {n_ctx}, depth {depth:g}) has {n} prompts but only "
+                                    f"{len(ids)} distinct: use fewer seeds or more varied needles")
+
+
+def _fill_words(tok, unit_text: str, room: int) -> list[int]:
+    """The longest run of whole leading words of `unit_text` that fits in `room` tokens (the haystack's
+    last, partial sentence: cut at a word boundary, so the prompt fills its context length)."""
+    words, best = unit_text.split(), []
+    for k in range(1, len(words) + 1):
+        ids = _encode(tok, " " + " ".join(words[:k]))
+        if len(ids) > room:
+            break
+        best = ids
+    return best
 
 
 def _corpus_needle(seed: int) -> dict:
@@ -157,8 +219,10 @@ def build_niah(tokenizer, config: NiahConfig) -> list[NiahSample]:
     tok = tokenizer
     bos = _bos(tok)
     needles = _load_needles(config.needles_file) if config.needles_file else None
-    hay_ids = _load_haystack_ids(config.haystack_file, tok) if config.haystack_file else None
-    sep_ids = _encode(tok, config.separator) if (needles or hay_ids) and config.separator else []
+    if needles:
+        _check_needles(needles, config, config.needles_file)
+    hay_units = _load_haystack_units(config.haystack_file, tok) if config.haystack_file else None
+    sep_ids = _encode(tok, config.separator) if (needles or hay_units) and config.separator else []
     samples = []
     for n_ctx in config.context_lengths:
         for depth in config.depths:
@@ -170,23 +234,25 @@ def build_niah(tokenizer, config: NiahConfig) -> list[NiahSample]:
                 if budget < 1:
                     raise InvalidInputError(f"context length {n_ctx} is too short for the needle and question "
                                             f"({n_ctx - budget} tokens)")
-                if hay_ids is not None:
-                    reps = budget // len(hay_ids) + 1
-                    hay = (hay_ids * reps)[:budget]
-                    cut = int(round(depth * len(hay)))
-                    before, after = hay[:cut], hay[cut:]
-                else:
-                    sents = []
-                    used = 0
-                    for s in _corpus_sentences(seed):
-                        ids = _encode(tok, s)
-                        if used + len(ids) > budget:
-                            break
-                        sents.append(ids)
-                        used += len(ids)
-                    cut = int(round(depth * len(sents)))
-                    before = [t for s in sents[:cut] for t in s]
-                    after = [t for s in sents[cut:] for t in s]
+                # whole sentences (the user's haystack, cycled, or the corpus's) up to the budget; the
+                # needle goes between two of them, at the depth's fraction of the sentences
+                units = (itertools.cycle(hay_units) if hay_units is not None
+                         else ((_encode(tok, s), s) for s in _corpus_sentences(seed)))
+                sents = []
+                used = 0
+                for ids, text in units:
+                    if used + len(ids) > budget:
+                        break
+                    sents.append(ids)
+                    used += len(ids)
+                cut = int(round(depth * len(sents)))
+                before = [t for s in sents[:cut] for t in s]
+                after = [t for s in sents[cut:] for t in s]
+                if hay_units is not None:  # a user's haystack fills the context: whole words of the next sentence
+                    after += _fill_words(tok, text, budget - used)
+                if hay_units is not None and not before + after:
+                    raise InvalidInputError(f"context length {n_ctx} leaves {budget} tokens for the haystack, less "
+                                            f"than its first word: use longer --lengths")
                 start = len(bos) + len(before)
                 ids = bos + before + needle_ids + after + q_ids
                 samples.append(NiahSample(
@@ -194,6 +260,7 @@ def build_niah(tokenizer, config: NiahConfig) -> list[NiahSample]:
                     input_ids=ids, needle_span=(start, start + len(needle_ids)), needle=nd["needle"],
                     question=nd["question"], answer=nd["answer"], answer_ids=_encode(tok, nd["answer"]),
                 ))
+    _check_distinct(samples)
     return samples
 
 

@@ -45,12 +45,9 @@ def text_windows(model, n_texts: int, seq_len: int, seed: int = 0, texts: Sequen
 
 def read_documents(path: str) -> list[str]:
     """Documents of a plain-text file, separated by blank lines."""
-    from pathlib import Path
+    from .jsonl import read_user_text
 
-    p = Path(path)
-    if not p.is_file():
-        raise InvalidInputError(f"{path}: no such file")
-    docs = [d.strip() for d in p.read_text().split("\n\n")]
+    docs = [d.strip() for d in read_user_text(path, "texts file").split("\n\n")]
     return [d for d in docs if d]
 
 

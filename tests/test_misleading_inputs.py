@@ -1,0 +1,109 @@
+"""Inputs that would mislead without a word (issue 15, class 8): each is now refused, fixed or said."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+from .helpers import run_cli
+
+GRID = ["--lengths", "256", "--depths", "0.5", "--seeds", "2"]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    import interp
+
+    return interp.load_model("tiny-qwen2").tokenizer
+
+
+def test_needles_fewer_than_seeds_are_refused_and_enough_give_distinct_prompts(tmp_path, tok):
+    from interp.errors import InvalidInputError
+    from interp.tasks.niah import NiahConfig, build_niah
+
+    f = tmp_path / "n.jsonl"
+    rows = [{"needle": f"The code of box {i} is {i}{i}.", "question": f"The code of box {i} is", "answer": f" {i}{i}"}
+            for i in range(3)]
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows + rows[:1]))  # 4 lines, 3 distinct
+    hay = tmp_path / "hay.txt"
+    hay.write_text("The river runs past the old mill. " * 30)
+    with pytest.raises(InvalidInputError, match="3 distinct needles but 4 seeds"):  # same haystack: repeats
+        build_niah(tok, NiahConfig(context_lengths=(128,), depths=(0.5,), n_seeds=4, needles_file=str(f),
+                                   haystack_file=str(hay)))
+    with warnings.catch_warnings(record=True) as caught:  # the corpus haystack differs by seed: a warning
+        warnings.simplefilter("always")
+        samples = build_niah(tok, NiahConfig(context_lengths=(128,), depths=(0.5,), n_seeds=4, needles_file=str(f)))
+    assert len({tuple(s.input_ids) for s in samples}) == 4
+    assert any("needles repeat across seeds" in str(w.message) for w in caught)
+    samples = build_niah(tok, NiahConfig(context_lengths=(128,), depths=(0.5,), n_seeds=3, needles_file=str(f),
+                                         haystack_file=str(hay)))
+    assert len({tuple(s.input_ids) for s in samples}) == 3
+
+
+def test_a_user_haystack_takes_the_needle_between_sentences_never_inside_a_word(tmp_path, tok):
+    from interp.tasks.niah import NiahConfig, build_niah
+
+    words = ["zebrafishery", "quaternionic", "hyperbolically", "counterfactual", "ultramicroscope", "whereupon"]
+    text = " ".join(f"{words[i % 6]} {words[(i * 5 + 1) % 6]} {words[(i * 7 + 2) % 6]}." for i in range(40))
+    (tmp_path / "hay.txt").write_text(text)
+    assert any(len(tok(" " + w, add_special_tokens=False)["input_ids"]) > 1 for w in words)  # multi-token words
+    cfg = NiahConfig(context_lengths=(200, 333), depths=(0.1, 0.37, 0.5, 0.83), n_seeds=1,
+                     haystack_file=str(tmp_path / "hay.txt"))
+    for s in build_niah(tok, cfg):
+        before = tok.decode(s.input_ids[:s.needle_span[0]], skip_special_tokens=True)
+        after = tok.decode(s.input_ids[s.needle_span[1]:], skip_special_tokens=True)
+        assert before.strip() == "" or before.rstrip().endswith("."), before[-40:]
+        hay_after = after[:after.rfind(".") + 1] if "." in after else ""
+        for w in (before + " " + hay_after).replace(".", " ").split():
+            assert w in words, (w, s.id)  # every haystack word is whole
+
+
+def test_separator_escapes_keep_non_ascii_text(tmp_path, capsys):
+    from interp.cli.common import niah_config, parse_escapes
+
+    assert parse_escapes("→ Frage:\\n") == "→ Frage:\n"
+    assert parse_escapes("a\\tb\\\\n\\u00e9") == "a\tb\\né"
+    assert niah_config("256", "0.5", 1, None, None, "\\nFrage über:", None).separator == "\nFrage über:"
+
+
+def test_decode_only_warns_when_some_answers_are_one_token(tok):
+    from interp.errors import InterpWarning, InvalidInputError
+    from interp.experiments import NiahTask
+    from interp.tasks.niah import NiahConfig, build_niah
+
+    samples = build_niah(tok, NiahConfig(context_lengths=(128,), depths=(0.5,), n_seeds=3))
+    one = samples[0]
+    assert len(one.answer_ids) == 1  # the organisms' corpus answers are one token: decode-only is vacuous there
+    long_ = [type(s)(**{**s.__dict__, "answer_ids": s.answer_ids * 2}) for s in samples[1:]]
+    with pytest.raises(InvalidInputError, match="decode-only masking cannot change"):
+        NiahTask([one, one], decode_only=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        NiahTask([one] + long_, decode_only=True)
+    assert any(issubclass(w.category, InterpWarning) and "1 of" in str(w.message) for w in caught)
+    NiahTask([one, one], decode_only=False)  # masking prefill and decoding is fine
+
+
+def test_ablate_from_a_detection_inherits_its_grid_and_says_so(tmp_path, capsys):
+    det = tmp_path / "det"
+    assert run_cli(["detect", "retrieval", "-m", "tiny-qwen2", "--lengths", "300", "--depths", "0.25,0.75",
+                    "--seeds", "2", "--out", str(det)], capsys)[0] == 0
+    code, _, err = run_cli(["ablate", "-m", "tiny-qwen2", "--from", str(det), "--draws", "1", "--out",
+                            str(tmp_path / "a")], capsys)
+    assert code == 0, err
+    assert "NIAH grid from" in err and "--lengths 300" in err and "--depths 0.25,0.75" in err, err
+    niah = json.loads((tmp_path / "a" / "ablation.json").read_text())["config"]["niah"]
+    assert niah["context_lengths"] == [300] and niah["depths"] == [0.25, 0.75] and niah["n_seeds"] == 2
+    code, _, err = run_cli(["ablate", "-m", "tiny-qwen2", "--from", str(det), "--draws", "1", "--lengths", "256",
+                            "--out", str(tmp_path / "b")], capsys)
+    assert code == 0 and "not the detection's grid: --lengths 256 (detected on 300)" in err, err
+
+
+def test_heads_detected_inside_ablate_are_named(tmp_path, capsys):
+    code, _, err = run_cli(["ablate", "-m", "tiny-qwen2", *GRID, "--draws", "1", "--out", str(tmp_path / "a")], capsys)
+    assert code == 0, err
+    heads = json.loads((tmp_path / "a" / "retrieval.json").read_text())["heads"]
+    line = err[err.index("detected"):err.index("(saved as retrieval.json")]
+    assert heads and f"detected {len(heads)} retrieval heads" in line and all(h in line for h in heads), err
