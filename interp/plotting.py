@@ -11,25 +11,36 @@ def _go():
     return go
 
 
+def head_grid_axes(fig, n_heads: int, n_layers: int, head_title: str = "query head") -> None:
+    """Integer ticks (every one while they fit) on a layer x head grid, layer 0 at the bottom."""
+    fig.update_layout(xaxis={"title": head_title, "tickmode": "linear", "tick0": 0,
+                             "dtick": 1 if n_heads <= 32 else max(1, n_heads // 16)},
+                      yaxis={"title": "layer", "tickmode": "linear", "tick0": 0,
+                             "dtick": 1 if n_layers <= 32 else max(1, n_layers // 16)})
+
+
 def retrieval_heatmap(result: dict):
     go = _go()
     scores = result["scores"]
     marked = set(result["heads"])
     text = [[("●" if f"L{l}H{h}" in marked else "") for h in range(len(row))] for l, row in enumerate(scores)]
-    fig = go.Figure(go.Heatmap(z=scores, colorscale="Viridis", text=text, texttemplate="%{text}",
-                               colorbar={"title": "retrieval score"},
+    fig = go.Figure(go.Heatmap(z=scores, colorscale="Viridis", zmin=0, zmax=1, text=text, texttemplate="%{text}",
+                               colorbar={"title": "retrieval score<br>(fixed 0-1)"},
                                hovertemplate="layer %{y} head %{x}: %{z:.3f}<extra></extra>"))
-    fig.update_layout(title=f"Retrieval scores, {result['model']} (● > {result['threshold']}; "
-                            f"{len(result['heads'])} heads)", xaxis_title="query head", yaxis_title="layer")
+    fig.update_layout(title=f"Retrieval scores, {result['model']} (● score > {result['threshold']}: "
+                            f"{len(result['heads'])} heads)")
+    head_grid_axes(fig, len(scores[0]) if scores else 0, len(scores))
     return fig
 
 
 def streaming_heatmap(result: dict):
     go = _go()
-    fig = go.Figure(go.Heatmap(z=result["streaming"], colorscale="Cividis", zmin=0, zmax=1,
-                               colorbar={"title": "sink+recent mass"}))
-    fig.update_layout(title=f"Streaming score (attention mass on sink + recent window), {result['model']}",
-                      xaxis_title="query head", yaxis_title="layer")
+    z = result["streaming"]
+    fig = go.Figure(go.Heatmap(z=z, colorscale="Cividis", zmin=0, zmax=1,
+                               colorbar={"title": "attention mass<br>(fixed 0-1)"},
+                               hovertemplate="layer %{y} head %{x}: %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=f"Streaming score (attention mass on sink + recent window), {result['model']}")
+    head_grid_axes(fig, len(z[0]) if z else 0, len(z))
     return fig
 
 
@@ -37,10 +48,21 @@ def threshold_sweep(result: dict):
     go = _go()
     xs = [s["threshold"] for s in result["sweep"]]
     ys = [s["n_heads"] for s in result["sweep"]]
-    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines+markers"))
-    fig.update_layout(title="Retrieval heads vs threshold", xaxis_title="threshold", yaxis_title="heads above",
-                      xaxis_type="log")
+    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines+markers", name="heads above the threshold"))
+    fig.add_vline(x=result["threshold"], line_dash="dash", line_color="crimson",
+                  annotation_text=f"threshold used: {result['threshold']}", annotation_position="top right")
+    fig.update_layout(title=f"Retrieval heads vs threshold, {result['model']}", xaxis_title="retrieval-score threshold",
+                      yaxis_title="heads with score above it", xaxis_type="log", yaxis_rangemode="tozero")
     return fig
+
+
+ROLE_COLORS = {"baseline": "#9e9e9e", "target": "#d62728", "control": "#4c78a8", "pooled": "#1f3b63"}
+
+
+def condition_colors(conds) -> list[str]:
+    """A colour per condition by its kind: baseline grey, target red, random controls blue, their pool dark."""
+    return [ROLE_COLORS["pooled"] if c.get("pooled") else ROLE_COLORS.get(c.get("role"), ROLE_COLORS["control"])
+            for c in conds]
 
 
 def _metric_axis(metric: str) -> dict:
@@ -56,15 +78,17 @@ def metric_by_condition(result: dict):
     metric = result["metric"]
     conds = list(result["conditions"])
     if result.get("random_pooled"):
-        conds.append(result["random_pooled"])
+        conds.append({**result["random_pooled"], "pooled": True})
     names = [c["name"] for c in conds]
     est = [c["estimates"][metric] for c in conds]
-    fig = go.Figure(go.Bar(x=names, y=[e["mean"] for e in est],
+    fig = go.Figure(go.Bar(x=names, y=[e["mean"] for e in est], marker_color=condition_colors(conds),
+                           text=[f"{e['mean']:.2f}" for e in est], textposition="outside", cliponaxis=False,
                            error_y={"type": "data", "array": [e["hi"] - e["mean"] for e in est],
                                     "arrayminus": [e["mean"] - e["lo"] for e in est]}))
     fig.update_layout(title=f"{metric} by condition, {result['model']} ({result['mode']} ablation of "
-                            f"{len(result['heads'])} heads, {result['scope']}; 95% bootstrap CI)",
-                      **_metric_axis(metric))
+                            f"{len(result['heads'])} heads, {result['scope']}; 95% bootstrap CI)<br>"
+                            "<sup>grey: baseline · red: target heads · blue: matched random heads "
+                            "(dark: their pool)</sup>", xaxis_title="condition", **_metric_axis(metric))
     return fig
 
 
@@ -88,6 +112,7 @@ def rope_dose_response(result: dict):
             error_y={"type": "data", "array": [p[1]["hi"] - p[1]["mean"] for p in pts],
                      "arrayminus": [p[1]["mean"] - p[1]["lo"] for p in pts]}))
     rope = result["baseline"]["rope"]
+    fig.update_xaxes(tickmode="array", tickvals=[d["dose"] for d in doses])
     fig.update_layout(title=f"{result['metric']} vs {result['band']}-frequency dims zeroed ({result['side']} side), "
                             f"{result['model']} (of {rope['rotary_dims']} rotary dims; 95% CI)",
                       xaxis_title="dims zeroed per head", **_metric_axis(result["metric"]))

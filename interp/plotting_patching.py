@@ -90,3 +90,19 @@ def attribution_scatter(result: dict):
                                 f"{f(v['top_k_recall'])}", xaxis_title="exact", yaxis_title="estimate")
         figs[f"attribution_vs_exact_{name}"] = fig
     return figs
+
+
+def path_effects(result: dict):
+    """Bars: each path-patching effect with its 95% bootstrap CI (none when there is one pair)."""
+    import plotly.graph_objects as go
+
+    names = list(result["effects"])
+    est = [result["effects"][n] for n in names]
+    err = {"type": "data", "array": [0 if e["hi"] is None else e["hi"] - e["mean"] for e in est],
+           "arrayminus": [0 if e["lo"] is None else e["mean"] - e["lo"] for e in est]}
+    fig = go.Figure(go.Bar(x=names, y=[e["mean"] for e in est], error_y=err, marker_color="#4c78a8"))
+    target = f"via {result['via']} of {', '.join(result['receivers'])}" if result["receivers"] else "on the logits"
+    metric = f"{'normalised ' if result['normalized'] else ''}{result['metric']}"
+    fig.update_layout(title=f"Path patching of {', '.join(result['senders'])} {target}, {result['model']} (95% CI)",
+                      yaxis_title=metric.replace("_", " "), xaxis_title="effect")
+    return fig

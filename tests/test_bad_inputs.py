@@ -186,6 +186,9 @@ CASES = [  # (command line, text the one-line error must contain)
     ("cache --layers x", "--layers must be comma-separated integers"),
     ("probe --sites bogus", "--sites bogus: probe caches the residual stream"),
     ("detect retrieval --bogus-option 1", "No such option: --bogus-option"),
+    ("report /nonexistent", "/nonexistent: no such run folder"),
+    ("report {folder}", "holds no interp result file"),
+    ("report", "Missing argument"),
     ("organisms build nosuch", "unknown organism 'nosuch'"),
     ("organisms eval nosuch", "no organism 'nosuch'"),
     ("organisms bogus", "invalid choice: 'bogus'"),
@@ -287,7 +290,7 @@ def test_bad_input_exits_2_with_one_line(case, files, capsys, tmp_path):
     text, msg = case
     args = _argv(text, files)
     o = tmp_path / "o"
-    if "--out" not in args and args[0] not in ("info", "organisms"):
+    if "--out" not in args and args[0] not in ("info", "organisms", "report"):
         args += ["--out", str(o)]
     before = {p: sorted(x.name for x in p.iterdir()) for p in map(Path, files.values()) if len(str(p)) < 512
               and p.is_dir()}
@@ -305,7 +308,7 @@ def test_the_table_covers_every_command_and_is_large():
 
     cmds = {c[0].split()[0] + (" " + c[0].split()[1] if c[0].startswith("detect") else "") for c in CASES}
     wanted = {"detect retrieval", "detect induction", "detect copy-suppression", "ablate", "patch", "rope-zero",
-              "rope-profile", "cache", "probe", "info", "organisms"}
+              "rope-profile", "cache", "probe", "info", "organisms", "report"}
     assert wanted <= cmds, wanted - cmds
     names = {(c.name or c.callback.__name__).replace("_", "-") for c in app.registered_commands}
     assert names - {"models"} <= {w.split()[0] for w in wanted}, names

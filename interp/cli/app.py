@@ -105,6 +105,26 @@ def _register_analyses():
 _register_analyses()
 
 
+@app.command()
+def report(dirs: list[str] = typer.Argument(..., help="Run folders (each with its run.json and result files).")):
+    """Rebuild each run folder's report page (index.html) and figure pages from its result files."""
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from ..errors import InvalidInputError
+    from ..report import RESULTS, write_report
+
+    for d in dirs:
+        p = Path(d)
+        if not p.is_dir():
+            raise InvalidInputError(f"{d}: no such run folder")
+        if not any((p / f"{stem}.json").is_file() for stem in RESULTS):
+            raise InvalidInputError(f"{d} holds no interp result file ({', '.join(s + '.json' for s in RESULTS)})")
+    for d in dirs:
+        Console(stderr=True).print(f"{write_report(Path(d))}", highlight=False)
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def organisms(ctx: typer.Context):
     """Build or evaluate the bundled model organisms: `interp organisms build NAME`, `interp organisms eval NAME`,

@@ -191,6 +191,13 @@ def _remove(path: Path) -> None:
 def _commit(stage: Path, final: Path, overwrite: bool) -> None:
     import os
 
+    from .. import __version__
+    from ..report import write_report
+
+    marker = {"format": "interp-run", "command": " ".join(["interp", *ARGV]), "files": [],
+              "interp_version": __version__, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "warnings": list(dict.fromkeys(WARNINGS))}
+    write_report(stage, marker)  # every figure page and index.html, from the result files alone
     if stage == final:  # unstaged: the files are in place already
         names = sorted(f.name for f in final.iterdir() if f.name != RUN_MARKER)
     else:
@@ -211,11 +218,7 @@ def _commit(stage: Path, final: Path, overwrite: bool) -> None:
             if dest.is_dir() and not dest.is_symlink():
                 _remove(dest)
             os.replace(stage / n, dest)
-    from .. import __version__
-
-    marker = {"format": "interp-run", "command": " ".join(["interp", *ARGV]), "files": names,
-              "interp_version": __version__, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "warnings": list(dict.fromkeys(WARNINGS))}
+    marker["files"] = names
     write_json(marker, final / RUN_MARKER)  # last: a folder without it holds no finished run
 
 

@@ -23,12 +23,10 @@ def _heads(text):
     return None if not text else tuple(as_heads(text))
 
 
-def _run(model, device, dtype, out, overwrite: bool, command: str, steps, analyse, figures, printer,
+def _run(model, device, dtype, out, overwrite: bool, command: str, steps, analyse, printer,
          as_json: bool) -> None:
     """Load, run `analyse(model, advance)` under a progress bar of `steps(model)` steps, write <command>.json
-    and the figures, report."""
-    from ..plotting import write_html
-
+    and its table (the figures and index.html come from them when the run is committed), report."""
     o = out_dir(out, command, model_label(model), overwrite=overwrite)
     m = _model(model, device, dtype)
     prog, advance = progress_bar(steps(m), command)
@@ -40,8 +38,6 @@ def _run(model, device, dtype, out, overwrite: bool, command: str, steps, analys
     write_table(res, o / f"{stem}.csv")
     if getattr(res, "causal", None):
         write_table(res.causal_frame(), o / f"{stem}_causal.csv")
-    for stem, fig in figures(d).items():
-        write_html(fig, o / f"{stem}.html")
     if as_json:
         typer.echo(dumps(d))
     else:
@@ -74,7 +70,6 @@ def detect_induction(model: Optional[str] = MODEL,
     """Induction, previous-token and duplicate-token scores on repeated random tokens; OV copying; ablation of
     the induction heads vs matched random heads (second-copy loss, ICL score, paired CIs)."""
     from ..analyses.induction import InductionConfig, detect_induction_heads
-    from ..plotting_heads import induction_figures
     from ..tasks.repeated import RepeatedConfig
 
     if tokens not in ("auto", "vocab", "corpus"):
@@ -85,7 +80,7 @@ def detect_induction(model: Optional[str] = MODEL,
                           copy_tokens=copy_tokens, embedding=embedding, n_boot=n_boot, n_perm=n_boot, sweep=sweep)
     _run(model, device, dtype, out, overwrite, "induction",
          lambda m: len(cfg.repeated.lengths) + 3 + draws + (m.spec.n_layers if sweep else 0),
-         lambda m, advance: detect_induction_heads(m, cfg, progress=advance), induction_figures, _print_induction,
+         lambda m, advance: detect_induction_heads(m, cfg, progress=advance), _print_induction,
          as_json)
 
 
@@ -143,7 +138,6 @@ def detect_copy_suppression_cmd(model: Optional[str] = MODEL,
     """Copy-suppression heads: OV self-suppression, QK matching of predicted tokens, direct logit effect on attended
     tokens, and ablation of the candidates (copied-token probability; direct vs total effect = self-repair)."""
     from ..analyses.copy_suppression import CopySuppressionConfig, detect_copy_suppression
-    from ..plotting_heads import copy_suppression_figures
     from ..tasks.text import read_documents
 
     docs = tuple(read_documents(texts)) if texts else None
@@ -152,7 +146,7 @@ def detect_copy_suppression_cmd(model: Optional[str] = MODEL,
                                 min_attention=min_attention,
                                 heads=_heads(heads), n_candidates=candidates, mode=mode, n_boot=n_boot)
     _run(model, device, dtype, out, overwrite, "copy-suppression", lambda m: 1 + n_texts,
-         lambda m, advance: detect_copy_suppression(m, cfg, progress=advance), copy_suppression_figures,
+         lambda m, advance: detect_copy_suppression(m, cfg, progress=advance),
          _print_copy_suppression, as_json)
 
 

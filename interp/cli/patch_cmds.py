@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -75,8 +74,6 @@ def patch(model: Optional[str] = MODEL,
           overwrite: bool = OVERWRITE, as_json: bool = JSON, csv: bool = typer.Option(False, "--csv", help="Print the tidy table on stdout.")):
     """Activation patching: every cell of the grid, many cells per forward pass (equal to one pass per cell)."""
     from ..patching import PatchingConfig, run_patching
-    from ..plotting import write_html
-    from ..plotting_patching import patching_heatmaps
 
     cfg = PatchingConfig(sites=tuple(site.split(",")), direction=direction, metric=metric, normalize=not raw,
                          max_batch=max_batch, align=align, n_boot=n_boot, seed=seed,
@@ -107,10 +104,6 @@ def patch(model: Optional[str] = MODEL,
         for p in ps:
             f.write(dumps({"source": p.source, "clean_ids": p.clean, "corrupt_ids": p.corrupt, "answer": p.answer,
                                 "wrong": p.wrong, "anchor": p.anchor, "info": p.info}) + "\n")
-    from ..plotting_patching import attribution_scatter
-
-    for stem, fig in {**patching_heatmaps(d), **attribution_scatter(d)}.items():
-        write_html(fig, o / f"{stem}.html")
     if as_json:
         typer.echo(dumps(d))
     elif csv:

@@ -65,16 +65,12 @@ def _detect(model, niah, threshold, all_samples, batch_size, sink, recent):
 
 
 def _write_detection(res, samples, model, out: Path):
-    from .. import plotting
+    """retrieval.json, its table and the prompts (figures and index.html come from them at the end)."""
     from ..tasks.niah import write_prompts
 
     write_json(res.to_dict(), out / "retrieval.json")
     write_table(res, out / "retrieval.csv")
     write_prompts(samples, model.tokenizer, out / "prompts.jsonl")
-    d = res.to_dict()
-    plotting.write_html(plotting.retrieval_heatmap(d), out / "retrieval_heatmap.html")
-    plotting.write_html(plotting.streaming_heatmap(d), out / "streaming_heatmap.html")
-    plotting.write_html(plotting.threshold_sweep(d), out / "threshold_sweep.html")
 
 
 def _print_detection(res, out):
@@ -227,7 +223,6 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
            csv: bool = CSV):
     """Mask heads on NIAH (or your --prompts); compare with baseline and matched random heads (paired CIs,
     permutation tests, target vs pooled random)."""
-    from .. import plotting
     from ..analyses.ablation import AblationConfig, run_ablation
     from ..hooks.interventions import ABLATION_MODES
     from ..tasks.niah import build_niah
@@ -258,7 +253,6 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
     write_json(d, o / "ablation.json")
     write_table(res, o / "ablation.csv", csv)
     write_task_prompts(task, samples, m, o / "prompts.jsonl")
-    plotting.write_html(plotting.metric_by_condition(d), o / "metric_by_condition.html")
     if as_json:
         typer.echo(dumps(d))
     elif not csv:

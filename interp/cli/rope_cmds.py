@@ -33,7 +33,6 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
               as_json: bool = JSON, csv: bool = CSV):
     """Zero a RoPE frequency band in heads: dose-response of NIAH recall (or your --prompts metric) with dim,
     head and task controls."""
-    from .. import plotting
     from ..analyses.rope_zero import RopeZeroConfig, run_rope_zero
     from ..hooks.interventions import ZERO_SIDES
     from ..rope import n_pairs_of, require_rope
@@ -72,7 +71,6 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
     write_json(d, o / "rope_zero.json")
     write_table(res, o / "rope_zero.csv", csv)
     write_task_prompts(task, samples, m, o / "prompts.jsonl")
-    plotting.write_html(plotting.rope_dose_response(d), o / "rope_dose_response.html")
     if as_json:
         typer.echo(dumps(d))
         return
@@ -113,7 +111,6 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
                  device: Optional[str] = DEVICE, dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
                  overwrite: bool = OVERWRITE, as_json: bool = JSON):
     """Per-head, per-frequency-pair share of the q.k logit magnitude; a q/k norm statistic, retrieval vs other heads."""
-    from .. import plotting
     from ..analyses.rope_profile import STATISTICS, RopeProfileConfig, run_rope_profile
     from ..rope import require_rope
 
@@ -130,7 +127,6 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
     d = res.to_dict()
     write_json(d, o / "rope_profile.json")
     write_table(res, o / "rope_profile.csv")
-    plotting.write_html(plotting.rope_usage_heatmap(d), o / "rope_usage.html")
     if as_json:
         typer.echo(dumps(d))
         return

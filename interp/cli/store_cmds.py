@@ -113,7 +113,7 @@ def probe(model: Optional[str] = MODEL,
           overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run already in --out."),
           as_json: bool = JSON):
     """Positional vs semantic probes per layer, subspace angles, pos[t] decomposition and PCA, head classes."""
-    from ..probes import ProbeConfig, figures, probe_steps, run_probes
+    from ..probes import ProbeConfig, probe_steps, run_probes
     from ..probes.report import markdown
     from ..store import CacheConfig, open_store
 
@@ -151,7 +151,6 @@ def probe(model: Optional[str] = MODEL,
     write_table(res, o / "probes.csv")
     write_json({"probe": asdict(pcfg), "cache": asdict(ccfg) if ccfg else None, "store": str(st.path),
                 "model": m.name if m else st.model.get("name")}, o / "config.json")
-    figures.write_all(r, o)
     (o / "report.md").write_text(markdown(r))
     if as_json:
         typer.echo(dumps(r))

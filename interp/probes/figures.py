@@ -109,14 +109,19 @@ def head_classes(result: dict):
     return fig
 
 
+def figures(result: dict) -> dict:
+    """{file stem: figure} of a probes result."""
+    figs = {"probes_by_layer": probes_by_layer, "angles_by_layer": angles_by_layer,
+            "decomposition_by_layer": decomposition_by_layer, "pos_pca": pos_pca_curves}
+    if result.get("heads"):
+        figs["head_classes"] = head_classes
+    return {name: f(result) for name, f in figs.items()}
+
+
 def write_all(result: dict, out) -> list:
     from pathlib import Path
 
     from ..plotting import write_html
 
     out = Path(out)
-    figs = {"probes_by_layer": probes_by_layer, "angles_by_layer": angles_by_layer,
-            "decomposition_by_layer": decomposition_by_layer, "pos_pca": pos_pca_curves}
-    if result.get("heads"):
-        figs["head_classes"] = head_classes
-    return [write_html(f(result), out / f"{name}.html") for name, f in figs.items()]
+    return [write_html(fig, out / f"{name}.html") for name, fig in figures(result).items()]
