@@ -14,7 +14,7 @@ import pytest
 
 from .helpers import run_cli
 
-NIAH = ["--lengths", "256", "--depths", "0.5", "--seeds", "2"]
+NIAH = ["--lengths", "256", "--depths", "0.5", "--n-seeds", "2"]
 
 CASES = [  # (command line, text the one-line error must contain)
     # --- user files: missing, not UTF-8, not JSON, the wrong JSON shape, empty ---
@@ -69,7 +69,7 @@ CASES = [  # (command line, text the one-line error must contain)
     ("detect retrieval -m {folder} NIAH", "a directory without config.json"),
     ("detect retrieval -m /nonexistent/dir NIAH", "no such model directory"),
     ("detect retrieval -m nosuchmodel NIAH", "unknown model 'nosuchmodel'"),
-    ("detect retrieval -m minilm-l6 --lengths 256 --depths 0.5 --seeds 2", "is an encoder; it cannot decode"),
+    ("detect retrieval -m minilm-l6 --lengths 256 --depths 0.5 --n-seeds 2", "is an encoder; it cannot decode"),
     ("info -m {ckpt_unknown}", "has model_type 'nosuchtype'"),
     ("info -m {ckpt_truncated}", "damaged or truncated"),
     ("info -m /nonexistent", "no such model directory"),
@@ -82,13 +82,13 @@ CASES = [  # (command line, text the one-line error must contain)
     ("ablate --heads L0H0 --device cuda:7 NIAH", "device 'cuda:7'"),
     ("patch --device bogus", "unknown device 'bogus'"),
     ("cache --device xla", "not supported by interp"),
-    ("detect retrieval --dtype float8 NIAH", "unknown dtype 'float8'"),
+    ("detect retrieval --model-dtype float8 NIAH", "unknown dtype 'float8'"),
     ("cache --model-dtype bogus", "unknown dtype 'bogus'"),
-    ("cache --dtype int8", "store dtype 'int8'"),
+    ("cache --store-dtype int8", "store dtype 'int8'"),
     # --- counts and numbers out of range (click ranges: never read as `x or default`) ---
     ("detect retrieval --batch-size 0 NIAH", "'--batch-size'"),
     ("detect retrieval --batch-size -1 NIAH", "'--batch-size'"),
-    ("detect retrieval --seeds 0", "'--seeds'"),
+    ("detect retrieval --n-seeds 0", "'--n-seeds'"),
     ("detect retrieval --max-new-tokens 0 NIAH", "'--max-new-tokens'"),
     ("detect retrieval --sink -1 NIAH", "'--sink'"),
     ("detect retrieval --recent -5 NIAH", "'--recent'"),
@@ -103,19 +103,19 @@ CASES = [  # (command line, text the one-line error must contain)
     ("ablate --heads random --n-heads 0 NIAH", "'--n-heads'"),
     ("ablate --heads random --n-heads 999 NIAH", "--n-heads must be in 1..32"),
     ("ablate --heads L0H0 --batch-size 0 NIAH", "'--batch-size'"),
-    ("ablate --heads L0H0 --lengths 256 --depths 0.5 --seeds 1", "paired comparisons need at least 2"),
+    ("ablate --heads L0H0 --lengths 256 --depths 0.5 --n-seeds 1", "paired comparisons need at least 2"),
     ("rope-zero --heads L0H0 --random-draws -1 NIAH", "'--random-draws'"),
     ("rope-zero --heads L0H0 --head-draws -2 NIAH", "'--head-draws'"),
     ("rope-zero --heads L0H0 --dims -2 NIAH", "the number of dims to zero must be >= 0"),
     ("rope-zero --heads L0H0 --dims 3 NIAH", "3 dims is not a whole number of rotary pairs"),
     ("rope-zero --heads L0H0 --dims 9998 NIAH", "pairs asked but the heads have only"),
-    ("rope-profile --heads L0H0 --texts 0", "'--texts'"),
-    ("rope-profile --heads L0H0 --texts -1", "'--texts'"),
-    ("rope-profile --heads L0H0 --tokens 0", "'--tokens'"),
+    ("rope-profile --heads L0H0 --n-texts 0", "'--n-texts'"),
+    ("rope-profile --heads L0H0 --n-texts -1", "'--n-texts'"),
+    ("rope-profile --heads L0H0 --n-tokens 0", "'--n-tokens'"),
     ("rope-profile --heads L0H0 --batch-size 0", "'--batch-size'"),
     ("detect induction --seqs 0", "'--seqs'"),
     ("detect induction --seqs 1", "'--seqs'"),
-    ("detect induction --lengths 1", "lengths must be >= 2"),
+    ("detect induction --copy-lengths 1", "lengths must be >= 2"),
     ("detect induction --threshold nan", "nan is not a finite number"),
     ("detect induction --min-copying inf", "inf is not a finite number"),
     ("detect induction --max-heads -1", "'--max-heads'"),
@@ -132,7 +132,7 @@ CASES = [  # (command line, text the one-line error must contain)
     ("detect copy-suppression --circuit-tokens 1", "'--circuit-tokens'"),
     ("detect copy-suppression --batch-size 0", "'--batch-size'"),
     ("patch --max-batch 0", "'--max-batch'"),
-    ("patch --seeds 0", "'--seeds'"),
+    ("patch --n-seeds 0", "'--n-seeds'"),
     ("patch --copy-length 0 --task repeated", "'--copy-length'"),
     ("patch --n-boot 0", "'--n-boot'"),
     ("patch --method atp --verify-top -1", "'--verify-top'"),

@@ -123,13 +123,13 @@ def test_detect_then_ablate_cli_end_to_end(capsys, tmp_path):
     """The main job's two commands on a bundled organism: tables, notes and files, exit code 0."""
     det = tmp_path / "det"
     code, _, err = run_cli(["detect", "retrieval", "--model", "tiny-qwen2", "--lengths", "256", "--depths", "0.5",
-                            "--seeds", "2", "--out", str(det)], capsys)
+                            "--n-seeds", "2", "--out", str(det)], capsys)
     assert code == 0, err
     assert "retrieval heads (score > 0.1)" in err
     assert {"retrieval.json", "prompts.jsonl"} <= {p.name for p in det.iterdir()}
     abl = tmp_path / "abl"
     code, out, err = run_cli(["ablate", "--model", "tiny-qwen2", "--heads", "retrieval", "--from", str(det),
-                              "--lengths", "256", "--depths", "0.5", "--seeds", "2", "--draws", "2",
+                              "--lengths", "256", "--depths", "0.5", "--n-seeds", "2", "--draws", "2",
                               "--out", str(abl), "--json"], capsys)
     assert code == 0, err
     res = json.loads(out)
@@ -137,7 +137,7 @@ def test_detect_then_ablate_cli_end_to_end(capsys, tmp_path):
     assert (abl / "ablation.json").exists() and (abl / "metric_by_condition.html").exists()
     assert [c["name"] for c in res["conditions"]] == ["baseline", "target", "random-1", "random-2"]
     code, _, err = run_cli(["ablate", "--model", "tiny-qwen2", "--heads", "retrieval", "--from", str(det),
-                            "--lengths", "256", "--depths", "0.5", "--seeds", "2", "--draws", "2",
+                            "--lengths", "256", "--depths", "0.5", "--n-seeds", "2", "--draws", "2",
                             "--out", str(tmp_path / "abl2")], capsys)
     assert code == 0, err
     assert "written to" in err

@@ -203,7 +203,7 @@ def test_cli_induction_writes_results(tmp_path, capsys):
     import json
 
     o = tmp_path / "o"
-    code, out, err = run_cli(["detect", "induction", "-m", "tiny-random-gpt2", "--lengths", "6", "--seqs", "3",
+    code, out, err = run_cli(["detect", "induction", "-m", "tiny-random-gpt2", "--copy-lengths", "6", "--seqs", "3",
                            "--heads", "L1H1", "--draws", "1", "--copy-tokens", "40", "--n-boot", "100", "--json",
                            "--out", str(o)], capsys)
     assert code == 0, err
@@ -219,7 +219,7 @@ def test_cli_induction_writes_results(tmp_path, capsys):
 @pytest.mark.parametrize("args,msg", [
     (["detect", "induction", "--tokens", "bogus"], "--tokens 'bogus'"),
     (["detect", "induction", "--mode", "shuffle"], "unknown ablation mode 'shuffle'"),
-    (["detect", "induction", "--lengths", "1"], "lengths must be >= 2"),
+    (["detect", "induction", "--copy-lengths", "1"], "lengths must be >= 2"),
     (["detect", "induction", "--heads", "L1X"], "bad head id"),
     (["detect", "induction", "-m", "tiny-random-gpt2", "--heads", "L9H0"], "outside the model"),
     (["detect", "copy-suppression", "-m", "tiny-random-qwen2"], "has no tokenizer"),

@@ -9,7 +9,7 @@ import pytest
 
 from .helpers import run_cli
 
-GRID = ["--lengths", "256", "--depths", "0.5", "--seeds", "2"]
+GRID = ["--lengths", "256", "--depths", "0.5", "--n-seeds", "2"]
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_decode_only_warns_when_some_answers_are_one_token(tok):
 def test_ablate_from_a_detection_inherits_its_grid_and_says_so(tmp_path, capsys):
     det = tmp_path / "det"
     assert run_cli(["detect", "retrieval", "-m", "tiny-qwen2", "--lengths", "300", "--depths", "0.25,0.75",
-                    "--seeds", "2", "--out", str(det)], capsys)[0] == 0
+                    "--n-seeds", "2", "--out", str(det)], capsys)[0] == 0
     code, _, err = run_cli(["ablate", "-m", "tiny-qwen2", "--from", str(det), "--draws", "1", "--out",
                             str(tmp_path / "a")], capsys)
     assert code == 0, err

@@ -271,7 +271,7 @@ def test_niah_patching_finds_the_retrieval_heads_and_the_needle(name):
 # ---- CLI -----------------------------------------------------------------------------------------
 def test_cli_patch_end_to_end(tmp_path, capsys):
     o = tmp_path / "o"
-    code, out, err = run_cli(["patch", "-m", "tiny-llama", "--task", "repeated", "--seeds", "4", "--copy-length", "8",
+    code, out, err = run_cli(["patch", "-m", "tiny-llama", "--task", "repeated", "--n-seeds", "4", "--copy-length", "8",
                               "--site", "resid_pre,head_out", "--n-boot", "100", "--out", str(o), "--json"], capsys)
     assert code == 0, err
     d = json.loads(out)

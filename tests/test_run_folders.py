@@ -9,7 +9,7 @@ import pytest
 
 from .helpers import run_cli
 
-DETECT = ["detect", "retrieval", "-m", "tiny-qwen2", "--lengths", "256", "--depths", "0.5", "--seeds", "2"]
+DETECT = ["detect", "retrieval", "-m", "tiny-qwen2", "--lengths", "256", "--depths", "0.5", "--n-seeds", "2"]
 
 
 def _files(d):
@@ -33,11 +33,11 @@ def test_a_second_run_into_the_same_out_is_refused_then_replaced_with_overwrite(
     before = {f: (o / f).read_bytes() for f in _files(o)}
     # an ablation into the detection's folder would replace its prompts.jsonl: refused before any work
     code, _, err = run_cli(["ablate", "-m", "tiny-qwen2", "--heads", "L2H4", "--lengths", "256", "--depths", "0.5",
-                            "--seeds", "2", "--draws", "1", "--out", str(o)], capsys)
+                            "--n-seeds", "2", "--draws", "1", "--out", str(o)], capsys)
     assert code == 2 and "already holds a run (interp detect retrieval" in err and "--overwrite" in err, err
     assert {f: (o / f).read_bytes() for f in _files(o)} == before
     code, _, err = run_cli(["ablate", "-m", "tiny-qwen2", "--heads", "L2H4", "--lengths", "256", "--depths", "0.5",
-                            "--seeds", "2", "--draws", "1", "--overwrite", "--out", str(o)], capsys)
+                            "--n-seeds", "2", "--draws", "1", "--overwrite", "--out", str(o)], capsys)
     assert code == 0, err
     run = json.loads((o / "run.json").read_text())
     assert run["command"].startswith("interp ablate")
@@ -59,7 +59,7 @@ def test_a_folder_with_same_named_files_of_no_run_is_not_overwritten(tmp_path, c
 def test_warnings_are_printed_once_and_recorded_in_run_json(tmp_path, capsys):
     o = tmp_path / "long"
     code, _, err = run_cli(["detect", "retrieval", "-m", "tiny-qwen2", "--lengths", "2060", "--depths", "0.5",
-                            "--seeds", "1", "--out", str(o)], capsys)
+                            "--n-seeds", "1", "--out", str(o)], capsys)
     assert code == 0, err
     assert err.count("warning:") == 1 and "max_position_embeddings 2048" in err, err
     (w,) = json.loads((o / "run.json").read_text())["warnings"]

@@ -11,6 +11,38 @@ import sys
 from .app import app
 
 
+# Old option names, kept for one release: rewritten to the new name (with a deprecation warning) before
+# click parses the command line, so they stay out of every --help. Keys: the command ("detect induction").
+ANALYSES = ("detect retrieval", "detect induction", "detect copy-suppression", "ablate", "patch", "rope-zero",
+            "rope-profile")
+RENAMED = {
+    **{c: {"--dtype": "--model-dtype"} for c in ANALYSES},
+    **{c: {"--dtype": "--model-dtype", "--seeds": "--n-seeds"} for c in
+       ("detect retrieval", "ablate", "patch", "rope-zero", "rope-profile")},
+    "rope-profile": {"--dtype": "--model-dtype", "--seeds": "--n-seeds", "--texts": "--n-texts",
+                     "--tokens": "--n-tokens"},
+    "detect induction": {"--dtype": "--model-dtype", "--lengths": "--copy-lengths"},
+    "cache": {"--dtype": "--store-dtype"},
+}
+
+
+def renamed_options(argv: list[str]) -> tuple[list[str], list[str]]:
+    """argv with the old option names of its command replaced by the new ones, and one note per rename."""
+    words = [a for a in argv[:2] if not a.startswith("-")]
+    table = RENAMED.get(" ".join(words[:2]), RENAMED.get(words[0] if words else "", {}))
+    out, notes = [], []
+    for i, a in enumerate(argv):
+        if a == "--":
+            out += argv[i:]
+            break
+        name, eq, value = a.partition("=")
+        if name in table:
+            notes.append(f"{name} is renamed {table[name]} (the old name goes in the next release)")
+            a = table[name] + eq + value
+        out.append(a)
+    return out, notes
+
+
 def main(argv: list[str] | None = None) -> None:
     from ..errors import InterpError
     from . import common
@@ -21,19 +53,23 @@ def main(argv: list[str] | None = None) -> None:
 
     from ..errors import InterpWarning
 
-    common.ARGV[:] = list(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    common.ARGV[:] = argv
     common.WARNINGS.clear()
     shown = warnings.showwarning
     warnings.showwarning = functools.partial(common.show_warning, _default=shown)
     warnings.simplefilter("always", InterpWarning)
+    argv, notes = renamed_options(argv)
+    for n in notes:
+        warnings.warn(InterpWarning(n))
     try:
         rc = app(args=argv, prog_name="interp", standalone_mode=False)  # non-standalone click returns typer.Exit's code
         if not (isinstance(rc, int) and rc != 0):
             commit_staged(True)  # the files reach --out, run.json last; refuses to mix two runs
     except InterpError as e:
-        from rich.console import Console
+        from .common import console
 
-        Console(stderr=True).print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        console().print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)

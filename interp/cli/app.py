@@ -8,12 +8,22 @@ import typer
 
 from .common import dumps
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
-                  help="Mechanistic interpretability of open-weight language models.")
+HELP = {"help_option_names": ["-h", "--help"]}
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_show_locals=False,
+                  context_settings=HELP, help="Mechanistic interpretability of open-weight language models.")
+
+
+def _version(value: bool):
+    if value:
+        from .. import __version__
+
+        typer.echo(f"interp {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
-def _quiet():
+def _quiet(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                        help="Print interp's version and exit.")):
     """Mechanistic interpretability of open-weight language models."""
     try:
         from transformers.utils import logging as hf_logging
@@ -47,15 +57,16 @@ def models(as_json: bool = JsonOpt):
     if as_json:
         typer.echo(dumps([asdict(e) for e in entries], indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from .common import stdout_console
 
     t = Table(title="interp models")
     for col in ("alias", "kind", "source", "available"):
         t.add_column(col)
     for e in entries:
         t.add_row(e.alias, e.kind, e.source, "yes" if e.available else "no (bring weights)")
-    Console().print(t)
+    stdout_console().print(t)
 
 
 @app.command()
@@ -71,8 +82,9 @@ def info(model: Optional[str] = ModelOpt, as_json: bool = JsonOpt,
     if as_json:
         typer.echo(dumps({"model": name, "spec": d}, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from .common import stdout_console
 
     t = Table(title=f"{name}: {spec.architecture}")
     t.add_column("field")
@@ -83,7 +95,7 @@ def info(model: Optional[str] = ModelOpt, as_json: bool = JsonOpt,
             v = (f"theta={v['theta']:g}, layout={v['layout']}, rotary_dims={v['rotary_dims']}/{v['head_dim']}, "
                  f"scaling={v['scaling']}, inv_freq[0]={freqs[0]:.3g} .. inv_freq[-1]={freqs[-1]:.3g}")
         t.add_row(k, str(v))
-    Console().print(t)
+    stdout_console().print(t)
 
 
 def _register_analyses():
@@ -110,7 +122,7 @@ def report(dirs: list[str] = typer.Argument(..., help="Run folders (each with it
     """Rebuild each run folder's report page (index.html) and figure pages from its result files."""
     from pathlib import Path
 
-    from rich.console import Console
+    from .common import console
 
     from ..errors import InvalidInputError
     from ..report import RESULTS, write_report
@@ -122,13 +134,29 @@ def report(dirs: list[str] = typer.Argument(..., help="Run folders (each with it
         if not any((p / f"{stem}.json").is_file() for stem in RESULTS):
             raise InvalidInputError(f"{d} holds no interp result file ({', '.join(s + '.json' for s in RESULTS)})")
     for d in dirs:
-        Console(stderr=True).print(f"{write_report(Path(d))}", highlight=False)
+        console().print(f"{write_report(Path(d))}", highlight=False)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                                "help_option_names": []}, add_help_option=False)
 def organisms(ctx: typer.Context):
     """Build or evaluate the bundled model organisms: `interp organisms build NAME`, `interp organisms eval NAME`,
-    `interp organisms tokenizer` (same options as `python -m interp.organisms`)."""
+    `interp organisms tokenizer` (same options as `python -m interp.organisms`; `interp organisms -h` and
+    `interp organisms build -h` list them)."""
     from ..organisms.__main__ import main as organisms_main
 
     raise typer.Exit(organisms_main(list(ctx.args)))
+
+
+def _add_examples() -> None:
+    """An Examples block at the end of every command's --help (from cli/examples.py)."""
+    from .examples import EXAMPLES, epilog
+    from .retrieval_cmds import detect_app
+
+    for prefix, group in (("", app), ("detect ", detect_app)):
+        for c in group.registered_commands:
+            name = prefix + (c.name or c.callback.__name__).replace("_", "-")
+            c.epilog = epilog(EXAMPLES[name])
+
+
+_add_examples()

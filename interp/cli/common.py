@@ -9,6 +9,25 @@ from pathlib import Path
 from ..errors import InvalidInputError
 
 
+def console():
+    """The CLI's stderr console. Not a terminal (a log, a pipe, a test): 200 columns, so tables keep whole
+    head and site names instead of truncating them to the default 80."""
+    import sys
+
+    from rich.console import Console
+
+    return Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+
+def stdout_console():
+    """A console on stdout, 200 columns when stdout is not a terminal (see `console`)."""
+    import sys
+
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 200)
+
+
 def finite(value):
     """typer callback: a float option must be a finite number (nan and inf are refused, not passed on)."""
     import math
@@ -84,7 +103,7 @@ def niah_config(lengths: str, depths: str, seeds: int, haystack, needles, separa
                      separator=parse_escapes(separator), max_new_tokens=max_new_tokens)
     n = len(cfg.context_lengths) * len(cfg.depths) * cfg.n_seeds
     if paired and n < 2:
-        raise InvalidInputError(f"the NIAH grid has {n} prompt: paired comparisons need at least 2 (raise --seeds, "
+        raise InvalidInputError(f"the NIAH grid has {n} prompt: paired comparisons need at least 2 (raise --n-seeds, "
                                 "or add --lengths/--depths)")
     return cfg
 
@@ -106,6 +125,7 @@ def niah_for_model(m, niah):
 RUN_MARKER = "run.json"  # written last into every run folder: the command, the files, when it finished
 _STAGED: list[tuple[Path, Path, bool]] = []  # (folder written into, --out, --overwrite) of this CLI call
 ARGV: list[str] = []  # this CLI call's arguments (set by cli.main), for run.json
+_CREATED: list[Path] = []  # parent folders of --out this call created (a failed run removes them if empty)
 WARNINGS: list[str] = []  # InterpWarnings of this CLI call (printed on stderr by cli.main), for run.json
 
 
@@ -115,10 +135,8 @@ def show_warning(message, category, filename, lineno, file=None, line=None, _def
     from ..errors import InterpWarning
 
     if isinstance(message, InterpWarning) or (isinstance(category, type) and issubclass(category, InterpWarning)):
-        from rich.console import Console
-
         WARNINGS.append(str(message))
-        Console(stderr=True).print(f"[yellow]warning[/]: {message}", highlight=False, soft_wrap=True)
+        console().print(f"[yellow]warning[/]: {message}", highlight=False, soft_wrap=True)
     elif _default is not None:
         _default(message, category, filename, lineno, file, line)
 
@@ -165,6 +183,11 @@ def out_dir(out: str | None, command: str, model: str, staged: bool = True, over
 
     stage = p.parent / f".{p.name}.partial-{os.getpid()}"
     shutil.rmtree(stage, ignore_errors=True)
+    top = p.parent  # the outermost folder this call creates: removed again if the run fails
+    while not top.parent.exists() and top.parent != top:
+        top = top.parent
+    if not top.exists():
+        _CREATED.append(top)
     try:
         stage.mkdir(parents=True)
     except OSError as e:
@@ -240,6 +263,25 @@ def commit_staged(ok: bool) -> None:
             if stage != final:
                 shutil.rmtree(stage, ignore_errors=True)
         _STAGED.clear()
+        if not ok:
+            for top in _CREATED:
+                _remove_empty(top)
+        _CREATED.clear()
+
+
+def _remove_empty(top: Path) -> None:
+    """Remove `top` if it holds nothing but empty folders."""
+    if not top.is_dir():
+        return
+    for d in sorted((x for x in top.rglob("*") if x.is_dir()), key=lambda x: -len(x.parts)):
+        try:
+            d.rmdir()
+        except OSError:
+            return
+    try:
+        top.rmdir()
+    except OSError:
+        pass
 
 
 def strict(obj):
@@ -293,11 +335,10 @@ class _LazyProgress:
     only its one-line error, not an empty bar."""
 
     def __init__(self, total, description: str):
-        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                             console=Console(stderr=True), transient=False)
+                             console=console(), transient=False)
         self.task = self.prog.add_task(description, total=total)
         self.started = False
 

@@ -23,12 +23,12 @@ def _heads(text):
     return None if not text else tuple(as_heads(text))
 
 
-def _run(model, device, dtype, out, overwrite: bool, command: str, steps, analyse, printer,
+def _run(model, device, model_dtype, out, overwrite: bool, command: str, steps, analyse, printer,
          as_json: bool) -> None:
     """Load, run `analyse(model, advance)` under a progress bar of `steps(model)` steps, write <command>.json
     and its table (the figures and index.html come from them when the run is committed), report."""
     o = out_dir(out, command, model_label(model), overwrite=overwrite)
-    m = _model(model, device, dtype)
+    m = _model(model, device, model_dtype)
     prog, advance = progress_bar(steps(m), command)
     with prog:
         res = analyse(m, advance)
@@ -50,7 +50,7 @@ def _fmt(v, spec=".3f"):
 
 @detect_app.command("induction")
 def detect_induction(model: Optional[str] = MODEL,
-                     lengths: str = typer.Option("50", "--lengths", help="Tokens per copy, comma-separated."),
+                     lengths: str = typer.Option("50", "--copy-lengths", help="Tokens per copy, comma-separated."),
                      seqs: int = typer.Option(32, "--seqs", min=2, help="Repeated sequences per length."),
                      tokens: str = typer.Option("auto", "--tokens", help="Token pool (random sequences, OV circuit): "
                                                 "corpus (ids seen in held-out corpus text) | vocab (all but special "
@@ -64,7 +64,7 @@ def detect_induction(model: Optional[str] = MODEL,
                      sweep: bool = typer.Option(False, "--sweep", help="Also ablate every head alone (one pass per "
                                                 "head): per-head change of the second-copy loss."),
                      embedding: str = EMBEDDING, seed: int = SEED, n_boot: int = N_BOOT, batch_size: int = BATCH,
-                     device: Optional[str] = DEVICE, dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
+                     device: Optional[str] = DEVICE, model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
                      overwrite: bool = OVERWRITE,
                      as_json: bool = JSON):
     """Induction, previous-token and duplicate-token scores on repeated random tokens; OV copying; ablation of
@@ -78,17 +78,17 @@ def detect_induction(model: Optional[str] = MODEL,
                           tokens=tokens, threshold=threshold, min_copying=min_copying, max_heads=max_heads,
                           heads=_heads(heads), mode=mode, draws=draws, seed=seed, batch_size=batch_size,
                           copy_tokens=copy_tokens, embedding=embedding, n_boot=n_boot, n_perm=n_boot, sweep=sweep)
-    _run(model, device, dtype, out, overwrite, "induction",
+    _run(model, device, model_dtype, out, overwrite, "induction",
          lambda m: len(cfg.repeated.lengths) + 3 + draws + (m.spec.n_layers if sweep else 0),
          lambda m, advance: detect_induction_heads(m, cfg, progress=advance), _print_induction,
          as_json)
 
 
 def _print_induction(d: dict, out) -> None:
-    from rich.console import Console
+    from .common import console
     from rich.table import Table
 
-    c = Console(stderr=True)
+    c = console()
     t = Table(title=f"{d['model']}: heads by induction score ({d['n_seqs']} repeated sequences)")
     for col in ("head", "induction", "prev_token", "duplicate", "copying", f"copy_top_{d['config']['copy_k']}"):
         t.add_column(col, justify="right")
@@ -123,7 +123,7 @@ def detect_copy_suppression_cmd(model: Optional[str] = MODEL,
                                 seq_len: int = typer.Option(128, "--seq-len", min=8, help="Tokens per document window."),
                                 circuit_tokens: int = typer.Option(2048, "--circuit-tokens", min=2, help="Token sample for the "
                                                                    "OV/QK circuits."),
-                                token_source: str = typer.Option("auto", "--tokens", help="Pool of that sample: auto | "
+                                tokens: str = typer.Option("auto", "--tokens", help="Pool of that sample: auto | "
                                                                  "corpus | vocab (as for `detect induction`)."),
                                 k: int = typer.Option(10, "--k", min=1, help="Top/bottom-k for the OV and QK circuit scores."),
                                 min_attention: float = typer.Option(0.2, "--min-attention", callback=unit_interval, help="Top non-sink key "
@@ -133,7 +133,7 @@ def detect_copy_suppression_cmd(model: Optional[str] = MODEL,
                                 candidates: int = typer.Option(3, "--candidates", min=0, help="Candidates to ablate."),
                                 mode: str = MODE, embedding: str = EMBEDDING, seed: int = SEED, n_boot: int = N_BOOT,
                                 batch_size: int = BATCH, device: Optional[str] = DEVICE,
-                                dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
+                                model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
                                 overwrite: bool = OVERWRITE, as_json: bool = JSON):
     """Copy-suppression heads: OV self-suppression, QK matching of predicted tokens, direct logit effect on attended
     tokens, and ablation of the candidates (copied-token probability; direct vs total effect = self-repair)."""
@@ -142,19 +142,19 @@ def detect_copy_suppression_cmd(model: Optional[str] = MODEL,
 
     docs = tuple(read_documents(texts)) if texts else None
     cfg = CopySuppressionConfig(n_texts=n_texts, seq_len=seq_len, texts=docs, seed=seed, batch_size=batch_size,
-                                tokens=circuit_tokens, token_source=token_source, k=k, embedding=embedding,
+                                tokens=circuit_tokens, token_source=tokens, k=k, embedding=embedding,
                                 min_attention=min_attention,
                                 heads=_heads(heads), n_candidates=candidates, mode=mode, n_boot=n_boot)
-    _run(model, device, dtype, out, overwrite, "copy-suppression", lambda m: 1 + n_texts,
+    _run(model, device, model_dtype, out, overwrite, "copy-suppression", lambda m: 1 + n_texts,
          lambda m, advance: detect_copy_suppression(m, cfg, progress=advance),
          _print_copy_suppression, as_json)
 
 
 def _print_copy_suppression(d: dict, out) -> None:
-    from rich.console import Console
+    from .common import console
     from rich.table import Table
 
-    c = Console(stderr=True)
+    c = console()
     t = Table(title=f"{d['model']}: heads by OV self-suppression ({d['n_texts']} texts x {d['seq_len']} tokens)")
     cols = ("ov_suppression", "ov_self_z", "qk_circuit", "qk_lift", "dla_attended")
     t.add_column("head")

@@ -55,7 +55,7 @@ def patch(model: Optional[str] = MODEL,
                                                   "(default: about 16k tokens per pass)."),
           lengths: str = typer.Option("256", "--lengths", help="niah: context lengths."),
           depths: str = typer.Option("0.25,0.5,0.75", "--depths", help="niah: needle depths."),
-          seeds: int = typer.Option(3, "--seeds", min=1, help="niah: seeds per (length, depth); repeated: sequences."),
+          seeds: int = typer.Option(3, "--n-seeds", min=1, help="niah: seeds per (length, depth); repeated: sequences."),
           copy_length: int = typer.Option(20, "--copy-length", min=2, help="repeated: tokens per copy."),
           seed: int = typer.Option(0, "--seed", help="Seed of the built-in pairs and the bootstrap."),
           n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Bootstrap resamples (over pairs) per cell."),
@@ -70,7 +70,7 @@ def patch(model: Optional[str] = MODEL,
                                          "|estimate| per site."),
           verify_sample: int = typer.Option(20, "--verify-sample", min=0, help="atp*: ... and of this many random other "
                                             "cells."),
-          device: Optional[str] = DEVICE, dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
+          device: Optional[str] = DEVICE, model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
           overwrite: bool = OVERWRITE, as_json: bool = JSON, csv: bool = typer.Option(False, "--csv", help="Print the tidy table on stdout.")):
     """Activation patching: every cell of the grid, many cells per forward pass (equal to one pass per cell)."""
     from ..patching import PatchingConfig, run_patching
@@ -83,10 +83,10 @@ def patch(model: Optional[str] = MODEL,
     if method not in ("exact", "path") + ATP_METHODS:
         raise InvalidInputError(f"--method {method!r}: valid methods are exact, {', '.join(ATP_METHODS)}, path")
     if method == "path":
-        return _path(model, device, dtype, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders,
+        return _path(model, device, model_dtype, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders,
                      receivers, via, out, overwrite, as_json)
     o = out_dir(out, "patch", model_label(model), overwrite=overwrite)  # staged: the files reach --out when the command succeeds
-    m = _model(model, device, dtype)
+    m = _model(model, device, model_dtype)
     ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed)
     prog, advance = progress_bar(None, "patching rows")
     with prog:
@@ -112,7 +112,7 @@ def patch(model: Optional[str] = MODEL,
         _print(d, o)
 
 
-def _path(model, device, dtype, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders, receivers, via,
+def _path(model, device, model_dtype, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders, receivers, via,
           out, overwrite, as_json) -> None:
     from ..patching.path import VIAS, run_path_patching
     from ..types import as_heads
@@ -123,7 +123,7 @@ def _path(model, device, dtype, pairs, task, lengths, depths, seeds, copy_length
         raise InvalidInputError("--method path needs --senders, e.g. --senders L0H0")
     snd, rcv = as_heads(senders), as_heads(receivers or "")
     o = out_dir(out, "patch", model_label(model), overwrite=overwrite)
-    m = _model(model, device, dtype)
+    m = _model(model, device, model_dtype)
     ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed)
     res = run_path_patching(m, ps, snd, rcv, via=via, config=cfg)
     d = res.to_dict()
@@ -132,9 +132,9 @@ def _path(model, device, dtype, pairs, task, lengths, depths, seeds, copy_length
     if as_json:
         typer.echo(dumps(d))
         return
-    from rich.console import Console
+    from .common import console
 
-    c = Console(stderr=True)
+    c = console()
     target = f"via {via} of {', '.join(res.receivers)}" if via != "logits" else "directly on the logits"
     c.print(f"[bold]{res.model}[/]: path patching ({res.direction}) of {', '.join(res.senders)} {target}; "
             f"{'normalised ' if res.normalized else ''}{res.metric}, {len(ps)} pairs")
@@ -148,9 +148,9 @@ def _path(model, device, dtype, pairs, task, lengths, depths, seeds, copy_length
 
 def _print(d: dict, out) -> None:
     import numpy as np
-    from rich.console import Console
+    from .common import console
 
-    c = Console(stderr=True)
+    c = console()
     how = (f"{d['n_rows']} (pair, cell) rows in {d['n_forward']} forward passes" if d["method"] == "exact"
            else f"{d['method']} estimates (2 forward passes, 1 backward)")
     c.print(f"[bold]{d['model']}[/]: {d['direction']} patching, {d['n_pairs']} pairs, {how}; "

@@ -10,19 +10,20 @@ import typer
 from ..errors import InvalidInputError
 from .common import dumps, finite, final_path, niah_config, niah_for_model, out_dir, progress_bar, write_json, write_table
 
-detect_app = typer.Typer(no_args_is_help=True, help="Detect head types.")
+detect_app = typer.Typer(no_args_is_help=True, help="Detect head types.",
+                         context_settings={"help_option_names": ["-h", "--help"]})
 
 MODEL = typer.Option(None, "--model", "-m", help="Alias, checkpoint dir or Hub id (default: bundled default model).")
 LENGTHS = typer.Option("512", "--lengths", help="NIAH context lengths in tokens, comma-separated.")
 DEPTHS = typer.Option("0,0.25,0.5,0.75,1", "--depths", help="Needle depths (fraction of the haystack before it).")
-SEEDS = typer.Option(4, "--seeds", min=1, help="Paired seeds per (length, depth).")
+SEEDS = typer.Option(4, "--n-seeds", min=1, help="Paired seeds per (length, depth).")
 HAYSTACK = typer.Option(None, "--haystack", help="Plain-text haystack file (default: interp's corpus generator).")
 NEEDLES = typer.Option(None, "--needles", help='JSONL file: {"needle", "question", "answer"} per line.')
 SEPARATOR = typer.Option("\\n", "--separator", help="Inserted between haystack and question with user files.")
 MAX_NEW = typer.Option(None, "--max-new-tokens", min=1, help="Greedy tokens to decode (default: answer length + 2).")
 BATCH = typer.Option(8, "--batch-size", min=1, help="Prompts per forward pass.")
 DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:1, ... (default: cuda if available).")
-DTYPE = typer.Option(None, "--dtype", help="float32, bfloat16, float16 (default: float32 on CPU, bf16 on CUDA).")
+DTYPE = typer.Option(None, "--model-dtype", help="float32, bfloat16, float16 (default: float32 on CPU, bf16 on CUDA).")
 OUT = typer.Option(None, "--out", "-o", help="Output directory (default: runs/<command>-<model>-<time>).")
 JSON = typer.Option(False, "--json", help="Print the result JSON on stdout.")
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace the run already in --out (its files go; others stay).")
@@ -74,9 +75,9 @@ def _write_detection(res, samples, model, out: Path):
 
 
 def _print_detection(res, out):
-    from rich.console import Console
+    from .common import console
 
-    c = Console(stderr=True)
+    c = console()
     n_total = len(res.scores) * len(res.scores[0])
     c.print(f"[bold]{res.model}[/]: baseline recall {res.baseline_recall:.2f} on {res.n_samples} prompts; "
             f"scores averaged over {res.n_used}")
@@ -95,12 +96,12 @@ def detect_retrieval(model: Optional[str] = MODEL, lengths: str = LENGTHS, depth
                                                       "only those answered correctly (the original's choice)."),
                      sink: int = typer.Option(4, "--sink", min=0, help="Sink tokens for the streaming score."),
                      recent: int = typer.Option(64, "--recent", min=0, help="Recent window for the streaming score."),
-                     batch_size: int = BATCH, device: Optional[str] = DEVICE, dtype: Optional[str] = DTYPE,
+                     batch_size: int = BATCH, device: Optional[str] = DEVICE, model_dtype: Optional[str] = DTYPE,
                      out: Optional[str] = OUT, overwrite: bool = OVERWRITE, as_json: bool = JSON):
     """Wu et al. retrieval scores per query head from NIAH decoding (plus a streaming score)."""
     niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
     o = out_dir(out, "retrieval", model_label(model), overwrite=overwrite)
-    m = _model(model, device, dtype)
+    m = _model(model, device, model_dtype)
     niah_for_model(m, niah)
     res, samples = _detect(m, niah, threshold, all_samples, batch_size, sink, recent)
     _write_detection(res, samples, m, o)
@@ -122,7 +123,7 @@ def inherit_grid(ctx, heads: str, from_dir, lengths: str, depths: str, seeds: in
     (lengths, depths, seeds) to use."""
     import json
 
-    from rich.console import Console
+    from .common import console
 
     if heads != "retrieval" or not from_dir:
         return lengths, depths, seeds
@@ -133,13 +134,14 @@ def inherit_grid(ctx, heads: str, from_dir, lengths: str, depths: str, seeds: in
     except (OSError, ValueError, KeyError, TypeError):
         return lengths, depths, seeds  # resolve_heads reports a missing or broken retrieval.json
     now = {"lengths": lengths, "depths": depths, "seeds": seeds}
+    flag = {"lengths": "--lengths", "depths": "--depths", "seeds": "--n-seeds"}
     taken = [k for k in now if not given(ctx, k)]
     for k in taken:
         now[k] = det[k]
-    differ = [f"--{k} {now[k]} (detected on {det[k]})" for k in now if k not in taken and str(now[k]) != str(det[k])]
-    c = Console(stderr=True)
+    differ = [f"{flag[k]} {now[k]} (detected on {det[k]})" for k in now if k not in taken and str(now[k]) != str(det[k])]
+    c = console()
     if taken:
-        c.print(f"note: NIAH grid from {from_dir}/retrieval.json: " + ", ".join(f"--{k} {now[k]}" for k in taken)
+        c.print(f"note: NIAH grid from {from_dir}/retrieval.json: " + ", ".join(f"{flag[k]} {now[k]}" for k in taken)
                 + " (the detection's prompts: heads are selected and tested on the same seeds)", highlight=False,
                 soft_wrap=True)
     if differ:
@@ -155,12 +157,12 @@ def resolve_target_heads(heads: str, m, niah, threshold: float, from_dir, batch_
     sel = resolve_heads(heads, m, niah=niah, threshold=threshold, from_dir=from_dir, batch_size=batch_size,
                         seed=seed, n_heads=n_heads)
     if sel.detector_samples is not None:
-        from rich.console import Console
+        from .common import console
 
         _write_detection(sel.detector_result, sel.detector_samples, m, o)
         sel.detection["file"] = str(final_path(o) / "retrieval.json")
         names = [str(h) for h in sel.heads]
-        Console(stderr=True).print(
+        console().print(
             f"detected {len(names)} retrieval heads (score > {threshold}) on this run's NIAH grid: "
             f"{', '.join(names[:30])}{' ...' if len(names) > 30 else ''} (saved as retrieval.json; "
             "--from DIR reuses a detection)", highlight=False, soft_wrap=True)
@@ -219,7 +221,7 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
            needles: Optional[str] = NEEDLES, separator: str = SEPARATOR, max_new_tokens: Optional[int] = MAX_NEW,
            threshold: float = THRESHOLD, prompts: Optional[str] = PROMPTS, metric: str = METRIC,
            batch_size: int = BATCH, device: Optional[str] = DEVICE,
-           dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, overwrite: bool = OVERWRITE, as_json: bool = JSON,
+           model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, overwrite: bool = OVERWRITE, as_json: bool = JSON,
            csv: bool = CSV):
     """Mask heads on NIAH (or your --prompts); compare with baseline and matched random heads (paired CIs,
     permutation tests, target vs pooled random)."""
@@ -236,7 +238,7 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
     niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens,
                        paired=prompts is None)
     o = out_dir(out, "ablate", model_label(model), overwrite=overwrite)
-    m = _model(model, device, dtype)
+    m = _model(model, device, model_dtype)
     task = prompt_task(m, prompts, metric)
     if task is None:  # the NIAH grid is only built when no --prompts are given
         niah_for_model(m, niah)
@@ -261,7 +263,7 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
 
 def _print_ablation(res, out):
     import numpy as np
-    from rich.console import Console
+    from .common import console
     from rich.table import Table
 
     t = Table(title=f"{res.model}: {res.mode} ablation of {len(res.heads)} heads ({res.heads_source}), {res.scope}")
@@ -276,7 +278,7 @@ def _print_ablation(res, out):
                   "-" if v is None else f"{v['diff']:+.2f} [{v['diff_lo']:+.2f}, {v['diff_hi']:+.2f}]",
                   "-" if v is None else f"{v['p_value']:.3g}", "-" if v is None else f"{v['cohens_d']:.2f}",
                   "-" if c.head_write_rel is None else f"{c.head_write_rel:.2f}")
-    c = Console(stderr=True)
+    c = console()
     c.print(t)
     tv = res.target_vs_random
     if tv:

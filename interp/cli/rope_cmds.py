@@ -29,7 +29,7 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
               needles: Optional[str] = NEEDLES, separator: str = SEPARATOR, max_new_tokens: Optional[int] = MAX_NEW,
               threshold: float = THRESHOLD, prompts: Optional[str] = PROMPTS, metric: str = METRIC,
               batch_size: int = BATCH, device: Optional[str] = DEVICE,
-              dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, overwrite: bool = OVERWRITE,
+              model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, overwrite: bool = OVERWRITE,
               as_json: bool = JSON, csv: bool = CSV):
     """Zero a RoPE frequency band in heads: dose-response of NIAH recall (or your --prompts metric) with dim,
     head and task controls."""
@@ -50,7 +50,7 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
     niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens,
                        paired=prompts is None)
     o = out_dir(out, "rope-zero", model_label(model), overwrite=overwrite)
-    m = _model(model, device, dtype)
+    m = _model(model, device, model_dtype)
     rope = require_rope(m.spec)
     for d in doses:  # every dose is checked before any detection or decoding
         n_pairs_of(d, unit, rope)
@@ -86,7 +86,7 @@ def _fmt(block):
 
 
 def _print_rope_zero(d, o):
-    from rich.console import Console
+    from .common import console
     from rich.table import Table
 
     t = Table(title=f"{d['model']}: {d['band']} band zeroed ({d['side']} side) in {len(d['heads'])} heads "
@@ -97,18 +97,18 @@ def _print_rope_zero(d, o):
         tl = r["task"]
         loss = f"{tl['loss']:.3f}" + ("" if tl["vs_baseline"] is None else f" ({tl['vs_baseline']['diff']:+.3f})")
         t.add_row(str(r["dose"]), _fmt(r["target"]), _fmt(r["random_pooled"]), _fmt(r["matched_pooled"]), loss)
-    c = Console(stderr=True)
+    c = console()
     c.print(t)
     c.print(f"written to {final_path(o)}/")
 
 
 def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Optional[str] = FROM,
                  statistic: str = typer.Option("qk_norm", "--statistic", help="q_norm | k_norm | qk_norm | low_share"),
-                 n_texts: int = typer.Option(8, "--texts", min=1, help="Corpus passages."),
-                 n_tokens: int = typer.Option(256, "--tokens", min=2, help="Tokens per passage."),
+                 n_texts: int = typer.Option(8, "--n-texts", min=1, help="Corpus passages."),
+                 n_tokens: int = typer.Option(256, "--n-tokens", min=2, help="Tokens per passage."),
                  seed: int = typer.Option(0, "--seed"), lengths: str = LENGTHS, depths: str = DEPTHS,
                  seeds: int = SEEDS, threshold: float = THRESHOLD, batch_size: int = BATCH,
-                 device: Optional[str] = DEVICE, dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
+                 device: Optional[str] = DEVICE, model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
                  overwrite: bool = OVERWRITE, as_json: bool = JSON):
     """Per-head, per-frequency-pair share of the q.k logit magnitude; a q/k norm statistic, retrieval vs other heads."""
     from ..analyses.rope_profile import STATISTICS, RopeProfileConfig, run_rope_profile
@@ -118,7 +118,7 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
         raise InvalidInputError(f"--statistic {statistic!r}: valid are {', '.join(STATISTICS)}")
     niah = niah_config(lengths, depths, seeds, None, None, "\\n", None)
     o = out_dir(out, "rope-profile", model_label(model), overwrite=overwrite)
-    m = _model(model, device, dtype)
+    m = _model(model, device, model_dtype)
     require_rope(m.spec)
     target, source, _ = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed)
     cfg = RopeProfileConfig(retrieval_heads=tuple(target), heads_source=source, n_texts=n_texts, n_tokens=n_tokens,
@@ -130,9 +130,9 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
     if as_json:
         typer.echo(dumps(d))
         return
-    from rich.console import Console
+    from .common import console
 
-    c = Console(stderr=True)
+    c = console()
     cmp_ = d["comparison"]
     if cmp_:
         p = cmp_["layer_clustered_permutation"]

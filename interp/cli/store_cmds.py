@@ -70,7 +70,7 @@ def cache(model: Optional[str] = MODEL,
           layers: Optional[str] = typer.Option(None, "--layers", help="Restrict site groups to these layers."),
           n_sequences: Optional[int] = N_SEQ, max_length: int = MAX_LEN, batch_size: int = BATCH,
           shard_size: int = typer.Option(256, "--shard-size", min=1, help="Sequences per shard (the unit of resume)."),
-          dtype: str = typer.Option("float32", "--dtype", help="On-disk dtype: float32 or float16."),
+          dtype: str = typer.Option("float32", "--store-dtype", help="On-disk dtype: float32 or float16."),
           text_key: str = typer.Option("text", "--text-key", help="Field holding the text in a .jsonl file."),
           seed: int = typer.Option(0, "--seed", min=0, max=899, help="Corpus generator seed (0..899)."),
           overwrite: bool = typer.Option(False, "--overwrite", help="Replace a store written with other settings."),
@@ -89,9 +89,9 @@ def cache(model: Optional[str] = MODEL,
     if as_json:
         typer.echo(dumps(summary))
     else:
-        from rich.console import Console
+        from .common import console
 
-        Console(stderr=True).print(f"[bold]{m.name}[/]: {store.n_tokens} tokens of {store.n_sequences} sequences, "
+        console().print(f"[bold]{m.name}[/]: {store.n_tokens} tokens of {store.n_sequences} sequences, "
                                    f"{len(store.sites)} sites, {len(store.shards)} shards -> {store.path}/")
 
 
@@ -159,7 +159,7 @@ def probe(model: Optional[str] = MODEL,
 
 
 def _print_probes(r: dict, out: Path):
-    from rich.console import Console
+    from .common import console
     from rich.table import Table
 
     t = Table(title=f"{r['model']}: probes on {r['store']['n_tokens']} tokens "
@@ -178,7 +178,7 @@ def _print_probes(r: dict, out: Path):
                   "-" if a["encoding_min_angle"] is None else f"{a['encoding_min_angle']:.1f} ({rnd:.1f})",
                   f"{dcm['share_pos']:.2f}/{dcm['share_ctx']:.2f}/{dcm['share_rest']:.2f}",
                   f"{sum(ev[:2]):.2f}, {pca.get('curve_smoothness') or float('nan'):.2f}")
-    c = Console(stderr=True)
+    c = console()
     c.print(t)
     if r.get("heads"):
         c.print("heads per layer (offset/sink/content/mixed): " + "  ".join(

@@ -1,0 +1,35 @@
+"""The Examples block of every command's --help: command lines that run as written on the bundled models
+(a test runs the --help of each command and checks every example parses)."""
+
+from __future__ import annotations
+
+EXAMPLES = {
+    "models": ["interp models", "interp models --json"],
+    "info": ["interp info --model tiny-qwen2", "interp info --model qwen2.5-7b --config-only --json"],
+    "detect retrieval": ["interp detect retrieval --model tiny-qwen2 --lengths 512,1024 --out runs/ret",
+                         "interp detect retrieval --haystack essay.txt --needles needles.jsonl --n-seeds 8"],
+    "detect induction": ["interp detect induction --model tiny-llama --copy-lengths 50 --seqs 32",
+                         "interp detect induction --model tiny-gpt2 --sweep --out runs/ind"],
+    "detect copy-suppression": ["interp detect copy-suppression --model tiny-qwen2 --n-texts 64 --seq-len 128",
+                                "interp detect copy-suppression --texts docs.txt --candidates 3"],
+    "ablate": ["interp ablate --heads retrieval --out runs/demo",
+               "interp ablate --heads retrieval --from runs/ret --draws 5 --random-pool any",
+               "interp ablate --heads L2H4,L2H5 --prompts prompts.jsonl --metric logit_diff --csv"],
+    "patch": ["interp patch --model tiny-llama --task niah --site head_out,resid_pre --positions=-1",
+              "interp patch --model tiny-llama --task repeated --method atp-qk --site head_out,q,k",
+              "interp patch --model tiny-llama --method path --senders L0H0 --receivers L1H1 --via k"],
+    "rope-zero": ["interp rope-zero --heads retrieval --from runs/ret --dims 0,8,16,32",
+                  "interp rope-zero --heads L2H4 --band highest --side both --prompts prompts.jsonl"],
+    "rope-profile": ["interp rope-profile --heads retrieval --from runs/ret",
+                     "interp rope-profile --heads L2H4,L2H5 --statistic low_share --n-texts 16"],
+    "cache": ["interp cache --model tiny-qwen2 --sites resid,attn_out --out runs/cache",
+              "interp cache --model minilm-l6 --data texts.jsonl --store-dtype float16 --out runs/cache-minilm"],
+    "probe": ["interp probe --model minilm-l6 --out runs/probe", "interp probe --store runs/cache --no-heads"],
+    "report": ["interp report runs/demo", "interp report runs/*/"],
+    "organisms": ["interp organisms eval tiny-qwen2", "interp organisms build tiny-llama --threads 2"],
+}
+
+
+def epilog(lines: list[str]) -> str:
+    """The Examples block as typer's rich help renders it (one paragraph per line)."""
+    return "[bold]Examples[/bold]\n\n" + "\n\n".join(f"  [cyan]{line}[/cyan]" for line in lines)
