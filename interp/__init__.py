@@ -32,6 +32,42 @@ _EXPORTS = {
     "ModelNotFoundError": "errors",
     "UnsupportedModelError": "errors",
     "InterventionError": "errors",
+    # tasks
+    "NiahConfig": "tasks.niah",
+    "build_niah": "tasks.niah",
+    "RepeatedConfig": "tasks.repeated",
+    # analyses: one entry function and its config each
+    "RetrievalConfig": "analyses.retrieval",
+    "detect_retrieval_heads": "analyses.retrieval",
+    "AblationConfig": "analyses.ablation",
+    "run_ablation": "analyses.ablation",
+    "RopeZeroConfig": "analyses.rope_zero",
+    "run_rope_zero": "analyses.rope_zero",
+    "RopeProfileConfig": "analyses.rope_profile",
+    "run_rope_profile": "analyses.rope_profile",
+    "InductionConfig": "analyses.induction",
+    "detect_induction_heads": "analyses.induction",
+    "CopySuppressionConfig": "analyses.copy_suppression",
+    "detect_copy_suppression": "analyses.copy_suppression",
+    # activation patching
+    "PatchingConfig": "patching",
+    "run_patching": "patching",
+    "run_attribution": "patching",
+    "niah_pairs": "patching",
+    "repeated_pairs": "patching",
+    "read_pairs": "patching",
+    # activation store and probes
+    "CacheConfig": "store",
+    "CorpusData": "store",
+    "cache_activations": "store",
+    "open_store": "store",
+    "ProbeConfig": "probes",
+    "run_probes": "probes",
+    # probe figures (the other figures: interp.plotting, interp.plotting_heads, interp.plotting_patching)
+    "probes_by_layer": "probes.figures",
+    "angles_by_layer": "probes.figures",
+    "decomposition_by_layer": "probes.figures",
+    "pos_pca_curves": "probes.figures",
 }
 
 _SUBMODULES = ("adapters", "hooks", "errors", "loading", "model",

@@ -29,11 +29,25 @@ class Batch:
         return self.attention_mask.sum(-1)
 
 
-def _unwrap(obj):
-    """The torch model inside an nnsight wrapper (NNsight, LanguageModel, ...); a TransformerLens bridge is
-    refused (it rebuilds the model's modules and attention in place, so interp's hooks would not apply)."""
+def _is_nnsight(obj) -> bool:
+    """Whether `obj` is an nnsight wrapper (an Envoy: NNsight, LanguageModel, TransformersModel, ...)."""
     mod = type(obj).__module__ or ""
     if mod.startswith("nnsight"):
+        return True
+    import sys
+
+    nn_mod = sys.modules.get("nnsight")  # a wrapper object means nnsight is already imported
+    envoy = getattr(nn_mod, "Envoy", None) if nn_mod is not None else None
+    return isinstance(envoy, type) and isinstance(obj, envoy)  # subclasses defined outside nnsight too
+
+
+def _unwrap(obj):
+    """The torch model inside an nnsight wrapper (NNsight, LanguageModel, TransformersModel, ...); a
+    TransformerLens bridge, or an HF model a bridge rewired, is refused (its attention never reaches
+    interp's interception point): `Model.from_transformer_lens(bridge)` is the way in."""
+    if _is_nnsight(obj):
+        if getattr(obj, "dispatched", True) is False and callable(getattr(obj, "dispatch", None)):
+            obj.dispatch()  # built from a repo id without weights: load them (nnsight does this on first trace)
         inner = None
         for attr in ("_module", "_model"):  # nnsight >= 0.5 keeps the wrapped module in `_module`
             try:
@@ -45,13 +59,45 @@ def _unwrap(obj):
             inner = None
         if inner is None:
             raise UnsupportedModelError(f"cannot find the torch model inside {type(obj).__name__}; pass the HF model")
+        if not hasattr(inner, "config"):
+            raise UnsupportedModelError(
+                f"the {type(obj).__name__} wraps a {type(inner).__name__}, not a transformers model; wrap the whole "
+                "HF model (e.g. nnsight.LanguageModel(hf_model)) or pass the HF model")
+        if any(p.is_meta for p in inner.parameters()):
+            raise UnsupportedModelError(
+                f"the {type(obj).__name__}'s weights are on the meta device (not loaded); build it with "
+                "dispatch=True or call .dispatch() first")
         return inner
+    mod = type(obj).__module__ or ""
     if mod.startswith("transformer_lens"):
         raise UnsupportedModelError(
             f"interp.Model cannot run on a TransformerLens {type(obj).__name__}: it replaces the HF model's modules "
-            "and attention implementation in place. Load the checkpoint for interp separately (interp.load_model) "
-            "and use the bridge on its own copy")
+            "and attention implementation in place. Use interp.Model.from_transformer_lens(bridge) (same weights, "
+            "a plain HF module tree), or load the checkpoint for interp separately (interp.load_model)")
+    if isinstance(obj, torch.nn.Module) and any((type(m).__module__ or "").startswith("transformer_lens")
+                                                for m in obj.modules()):
+        raise UnsupportedModelError(
+            f"this {type(obj).__name__} was rewired by a TransformerLens bridge (its submodules are TransformerLens "
+            "components whose attention bypasses transformers' attention interface, so interp's interventions "
+            "could not apply); pass the bridge to interp.Model.from_transformer_lens(bridge)")
     return obj
+
+
+def _wrapper_tokenizer(obj):
+    """The tokenizer an nnsight wrapper carries (None for anything else)."""
+    if not _is_nnsight(obj):
+        return None
+    try:
+        tok = object.__getattribute__(obj, "tokenizer")
+    except AttributeError:
+        return None
+    if tok is None or not hasattr(tok, "pad_token"):
+        return None
+    if getattr(tok, "padding_side", "left") != "left":  # interp left-pads: leave the wrapper's own as it is
+        import copy
+
+        tok = copy.deepcopy(tok)
+    return tok
 
 
 def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -82,6 +128,8 @@ class Model:
     """
 
     def __init__(self, hf, tokenizer=None, name: str | None = None, source: str | None = None):
+        if tokenizer is None:
+            tokenizer = _wrapper_tokenizer(hf)  # an nnsight LanguageModel brings its tokenizer
         hf = _unwrap(hf)
         self.hf = hf.eval()
         self.tokenizer = tokenizer
@@ -97,6 +145,29 @@ class Model:
             tokenizer.padding_side = "left"
             if tokenizer.pad_token is None:
                 tokenizer.pad_token = tokenizer.eos_token if tokenizer.eos_token is not None else tokenizer.unk_token
+
+    @classmethod
+    def from_transformer_lens(cls, bridge, tokenizer=None, name: str | None = None) -> "Model":
+        """interp on the HF model a TransformerLens `TransformerBridge` wraps.
+
+        The bridge rewires that HF model in place (its attention components recompute attention
+        themselves, so interp's interception point would never run), so this builds a plain
+        transformers module tree whose parameters and buffers are the bridge's own tensors (shared,
+        no copy; the bridge keeps working) and runs interp on it with the model's default attention
+        implementation: results equal interp's own load of the same weights. `tokenizer` defaults to a
+        copy of the bridge's (interp left-pads; the bridge's own stays as it is).
+
+        Raises UnsupportedModelError for a bridge whose weights were processed
+        (enable_compatibility_mode / process_weights), offloaded (meta) weights, or a HookedTransformer.
+        """
+        import copy
+
+        from .interop.transformer_lens import hf_from_bridge
+
+        hf = hf_from_bridge(bridge)
+        if tokenizer is None and getattr(bridge, "tokenizer", None) is not None:
+            tokenizer = copy.deepcopy(bridge.tokenizer)
+        return cls(hf, tokenizer=tokenizer, name=name, source="transformer_lens.TransformerBridge")
 
     def __repr__(self):
         s = self.spec

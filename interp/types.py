@@ -170,7 +170,17 @@ class Site:
 
     @classmethod
     def parse(cls, text: str) -> "Site":
+        """'L3.resid_pre', 'L3.head_out.H1', or a TransformerLens hook name ('blocks.3.hook_resid_pre',
+        'blocks.3.attn.hook_z'), read with interp.interop.transformer_lens.from_transformer_lens
+        (its architecture-independent map; pass model= there for GPT-2/BERT q/k, Gemma-2/OLMo-2 sublayers)."""
+        if not isinstance(text, str):
+            raise InvalidInputError(f"bad site {text!r}: write e.g. L3.resid_pre or L3.head_out.H1")
+        from .interop.transformer_lens import from_transformer_lens, looks_like_transformer_lens
+
+        if looks_like_transformer_lens(text):
+            return from_transformer_lens(text)
         m = re.match(r"^L(\d+)\.([a-z_]+)(?:\.H(\d+))?$", text.strip())
         if not m:
-            raise InvalidInputError(f"bad site {text!r}: write e.g. L3.resid_pre or L3.head_out.H1")
+            raise InvalidInputError(f"bad site {text!r}: write e.g. L3.resid_pre or L3.head_out.H1 (or a "
+                                    "TransformerLens hook name such as blocks.3.hook_resid_pre)")
         return cls(int(m.group(1)), m.group(2), None if m.group(3) is None else int(m.group(3)))

@@ -1,6 +1,12 @@
-"""Writes the notebooks in this folder (thin: a parameters cell, then calls into interp).
+"""Writes the notebooks in this folder (thin: a parameters cell, then calls into the top-level `interp` API).
 
-Run `python notebooks/make_notebooks.py` after editing; CI executes the .ipynb files.
+Run `python notebooks/make_notebooks.py` after editing; the test suite executes the .ipynb files
+(tests/test_notebooks.py) and checks the numbers each one prints on its last line as JSON.
+
+Every notebook: a title, a parameters cell (tagged "parameters", sizes that run in well under a minute on
+one CPU thread), calls into `interp` (names from `interp` itself, figures from `interp.plotting*`), at least
+one rendered figure, and a last cell that asserts what the analysis should show and prints a one-line JSON
+summary of the numbers behind it.
 """
 
 from pathlib import Path
@@ -13,93 +19,370 @@ HERE = Path(__file__).parent
 def notebook(cells):
     nb = nbf.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    for kind, src in cells:
+    for i, (kind, src) in enumerate(cells):
         cell = nbf.v4.new_markdown_cell(src) if kind == "md" else nbf.v4.new_code_cell(src)
+        cell.id = f"cell-{i:02d}"  # stable ids: regenerating an unchanged notebook changes nothing
         if kind == "params":
             cell.metadata["tags"] = ["parameters"]
         nb.cells.append(cell)
     return nb
 
 
+def code(*lines):
+    return ("code", "\n".join(lines))
+
+
+def md(*lines):
+    return ("md", "\n".join(lines))
+
+
+def params(*lines):
+    return ("params", "\n".join(lines))
+
+
 QUICKSTART = [
-    ("md", "# interp quick start\nLoad a model, read its spec, look at attention rows, ablate a head."),
-    ("params", 'MODEL = "tiny-qwen2"  # any alias from `interp models`, a checkpoint dir, or a Hub id\n'
-               'TEXT = "The secret code of the red lantern is Oscar. What is the secret code of the red lantern? '
-               'The secret code of the red lantern is"'),
-    ("code", "import interp\nmodel = interp.load_model(MODEL)\nmodel.spec"),
-    ("code", "batch = model.tokenize([TEXT])\nnew = model.greedy_decode(batch, max_new_tokens=5)\n"
-             "model.tokenizer.decode(new[0])"),
-    ("code", "rows = interp.attention_rows(model, batch, query_positions=[-1])\n"
-             "top = rows[0, :, :, 0].argmax(-1)  # [layer, head]: most attended key of the last query\n"
-             "ids = batch.input_ids[0]\n"
-             "{f'L{l}H{h}': model.tokenizer.decode(ids[top[l, h]]) for l in range(model.spec.n_layers) "
-             "for h in range(model.spec.n_heads)}"),
-    ("code", "with model.intervene(interp.AblateHeads([(model.spec.n_layers - 1, 0)], mode='zero')):\n"
-             "    ablated = model.forward(batch)\n"
-             "clean = model.forward(batch)\n"
-             "float((ablated - clean).abs().max())"),
+    md("# interp quick start",
+       "Load a model, read its spec, decode, look at attention rows, ablate a head."),
+    params('MODEL = "tiny-qwen2"  # any alias from `interp models`, a checkpoint dir, or a Hub id',
+           'TEXT = ("The secret code of the red lantern is Oscar. What is the secret code of the red lantern? "',
+           '        "The secret code of the red lantern is")',
+           'ANSWER = " Oscar"'),
+    code("import json",
+         "import interp",
+         "from interp import plotting_heads",
+         "model = interp.load_model(MODEL)",
+         "model.spec"),
+    code("batch = model.tokenize([TEXT])",
+         "new = model.greedy_decode(batch, max_new_tokens=5)",
+         "continuation = model.tokenizer.decode(new[0])",
+         "continuation"),
+    md("Attention of the last query (the position that must produce the answer) on the code word, per head:"),
+    code("rows = interp.attention_rows(model, batch, query_positions=[-1])  # [batch, layer, head, n_query, key_len]",
+         "ids = batch.input_ids[0].tolist()",
+         "answer_pos = ids.index(model.tokenizer(ANSWER, add_special_tokens=False)['input_ids'][0])",
+         "on_answer = rows[0, :, :, 0, answer_pos]  # [layer, head]",
+         "L, H = on_answer.shape",
+         "top = max(((float(on_answer[l, h]), f'L{l}H{h}') for l in range(L) for h in range(H)))",
+         "plotting_heads.score_heatmap({'model': model.name, 'scores': {'attention': on_answer.tolist()}},",
+         "                             'attention', f'Attention of the last token on{ANSWER!r}', [top[1]]).show()",
+         "top"),
+    md("Ablating one head (zeroing its output) changes the logits:"),
+    code("with model.intervene(interp.AblateHeads([(model.spec.n_layers - 1, 0)], mode='zero')):",
+         "    ablated = model.forward(batch)",
+         "clean = model.forward(batch)",
+         "max_change = float((ablated - clean).abs().max())",
+         "max_change"),
+    code("# the model retrieves the code word, one head reads it from the last position, and ablation acts",
+         "assert continuation.startswith(ANSWER), f'greedy continuation {continuation!r} should start with {ANSWER!r}'",
+         "assert top[0] > 0.5, f'the head most attending to the code word puts only {top[0]:.2f} of its attention there'",
+         "assert max_change > 0, 'zeroing a head must change the logits'",
+         'print(json.dumps({"continuation": continuation, "top_head": top[1], "top_attention": round(top[0], 4),',
+         '                  "max_logit_change": round(max_change, 4)}))'),
 ]
 
 RETRIEVAL = [
-    ("md", "# Retrieval heads: detection and causal masking\nThe Wu et al. retrieval score from NIAH decoding, "
-           "then masking the detected heads vs matched random heads on the same paired-seed prompts."),
-    ("params", 'MODEL = "tiny-qwen2"\nLENGTHS = (256,)\nDEPTHS = (0.0, 0.5, 1.0)\nN_SEEDS = 3\n'
-               'THRESHOLD = 0.1\nMODE = "zero"\nDRAWS = 2'),
-    ("code", "import interp\nfrom interp.tasks.niah import NiahConfig, build_niah\n"
-             "from interp.analyses.retrieval import RetrievalConfig, detect_retrieval_heads\n"
-             "from interp.analyses.ablation import AblationConfig, run_ablation\n"
-             "from interp import plotting\n"
-             "model = interp.load_model(MODEL)\n"
-             "niah = NiahConfig(context_lengths=LENGTHS, depths=DEPTHS, n_seeds=N_SEEDS)\n"
-             "samples = build_niah(model.tokenizer, niah)"),
-    ("code", "det = detect_retrieval_heads(model, RetrievalConfig(niah=niah, threshold=THRESHOLD), samples=samples)\n"
-             "print(det.baseline_recall, det.heads)\nplotting.retrieval_heatmap(det.to_dict())"),
-    ("code", "abl = run_ablation(model, AblationConfig(heads=det.head_ids(), niah=niah, mode=MODE, draws=DRAWS),\n"
-             "                   samples=samples)\n"
-             "abl.to_frame()[['condition', 'metric', 'mean', 'lo', 'hi', 'diff', 'p_value']]"),
-    ("code", "plotting.metric_by_condition(abl.to_dict())"),
+    md("# Retrieval heads: detection and causal masking",
+       "The Wu et al. retrieval score from NIAH decoding, then masking the detected heads vs matched random "
+       "heads on the same paired-seed prompts."),
+    params('MODEL = "tiny-qwen2"', "LENGTHS = (256,)", "DEPTHS = (0.0, 0.5, 1.0)", "N_SEEDS = 3",
+           "THRESHOLD = 0.1", 'MODE = "zero"', "DRAWS = 2"),
+    code("import json",
+         "import interp",
+         "from interp import plotting",
+         "model = interp.load_model(MODEL)",
+         "niah = interp.NiahConfig(context_lengths=LENGTHS, depths=DEPTHS, n_seeds=N_SEEDS)",
+         "samples = interp.build_niah(model.tokenizer, niah)"),
+    code("det = interp.detect_retrieval_heads(model, interp.RetrievalConfig(niah=niah, threshold=THRESHOLD),",
+         "                                    samples=samples)",
+         "print(det.baseline_recall, det.heads)",
+         "plotting.retrieval_heatmap(det.to_dict())"),
+    code("abl = interp.run_ablation(model, interp.AblationConfig(heads=det.head_ids(), niah=niah, mode=MODE,",
+         "                                                       draws=DRAWS), samples=samples)",
+         "abl.to_frame()[['condition', 'metric', 'mean', 'lo', 'hi', 'diff', 'p_value']]"),
+    code("plotting.metric_by_condition(abl.to_dict())"),
+    code("# masking the retrieval heads breaks retrieval; masking as many matched random heads does not",
+         "recall = {c: abl.condition(c).estimates['recall']['mean'] for c in ('baseline', 'target')}",
+         "recall['random'] = abl.random_pooled.estimates['recall']['mean']",
+         "assert recall['baseline'] >= 0.9, f'the unmasked model should retrieve the needle: {recall}'",
+         "assert recall['target'] < recall['random'] - 0.5, (f'masking the retrieval heads should drop recall far '",
+         "                                                   f'below the random-head control: {recall}')",
+         'print(json.dumps({"n_heads": len(det.heads), "heads": det.heads, "recall_baseline": recall["baseline"],',
+         '                  "recall_target": recall["target"], "recall_random": recall["random"]}))'),
 ]
 
 PATCHING = [
-    ("md", "# Activation patching\nClean activations into the corrupt run, every cell of a grid, many cells per "
-           "forward pass. Built-in NIAH pairs: the needle's one-token value replaced by another code word, so the "
-           "answer must be carried from the needle to the last token."),
-    ("params", 'MODEL = "tiny-qwen2"\nLENGTHS = (256,)\nDEPTHS = (0.25, 0.75)\nN_SEEDS = 2\n'
-               'SITES = ("resid_pre", "head_out_by_pos")'),
-    ("code", "import numpy as np\nimport interp\nfrom interp.patching import PatchingConfig, niah_pairs, run_patching\n"
-             "from interp.plotting_patching import patching_heatmaps\nfrom interp.tasks.niah import NiahConfig\n"
-             "model = interp.load_model(MODEL)\n"
-             "pairs = niah_pairs(model.tokenizer, NiahConfig(context_lengths=LENGTHS, depths=DEPTHS, n_seeds=N_SEEDS))"),
-    ("md", "Which heads move the value to the last token (head outputs patched at position -1 only):"),
-    ("code", "heads = run_patching(model, pairs, PatchingConfig(sites=('head_out_by_pos',), positions=(-1,)))\n"
-             "z = np.array(heads.sites['head_out_by_pos'].mean, dtype=float)[:, 0]\n"
-             "sorted(((round(float(z[l, h]), 3), f'L{l}H{h}') for l in range(z.shape[0]) for h in range(z.shape[1])),"
-             " reverse=True)[:6]"),
-    ("md", "Where the value sits, layer by layer (positions aligned on the needle value: 0 = the value token):"),
-    ("code", "resid = run_patching(model, pairs, PatchingConfig(sites=('resid_pre',), align='anchor', "
-             "positions=tuple(range(-4, 5))))\nresid.to_frame().pivot(index='layer', columns='position', values='mean')"),
-    ("code", "patching_heatmaps(resid.to_dict())['patching_resid_pre']"),
+    md("# Activation patching",
+       "Clean activations into the corrupt run, every cell of a grid, many cells per forward pass. Built-in NIAH "
+       "pairs: the needle's one-token value replaced by another code word, so the answer must be carried from the "
+       "needle to the last token. Effects are normalised: 0 = no effect, 1 = the clean logit difference restored."),
+    params('MODEL = "tiny-qwen2"', "LENGTHS = (256,)", "DEPTHS = (0.25, 0.75)", "N_SEEDS = 2",
+           "POSITIONS = tuple(range(-4, 5))  # around the needle value (0 = the value token)"),
+    code("import json",
+         "import numpy as np",
+         "import interp",
+         "from interp import plotting_patching",
+         "model = interp.load_model(MODEL)",
+         "pairs = interp.niah_pairs(model.tokenizer, interp.NiahConfig(context_lengths=LENGTHS, depths=DEPTHS,",
+         "                                                             n_seeds=N_SEEDS))"),
+    md("Which heads move the value to the last token (head outputs patched at position -1 only):"),
+    code("heads = interp.run_patching(model, pairs, interp.PatchingConfig(sites=('head_out_by_pos',), positions=(-1,)))",
+         "z = np.array(heads.sites['head_out_by_pos'].mean, dtype=float)[:, 0]  # [layer, head]",
+         "ranked = sorted(((round(float(z[l, h]), 3), f'L{l}H{h}') for l in range(z.shape[0]) "
+         "for h in range(z.shape[1])), reverse=True)",
+         "ranked[:6]"),
+    md("Where the value sits, layer by layer (positions aligned on the needle value: 0 = the value token):"),
+    code("resid = interp.run_patching(model, pairs, interp.PatchingConfig(sites=('resid_pre',), align='anchor',",
+         "                                                                 positions=POSITIONS))",
+         "grid = resid.to_frame().pivot(index='layer', columns='position', values='mean').round(3)",
+         "grid"),
+    code("plotting_patching.patching_heatmaps(resid.to_dict())['patching_resid_pre']"),
+    code("# the needle value's residual stream carries the answer: patching it restores the clean logit difference",
+         "# up to layer 2 and not at the last layer, where the value has already been read into the last token;",
+         "# the positions around it carry nothing. The heads that move it there sit in layer 2.",
+         "last = int(grid.index.max())",
+         "needle = float(grid.loc[0, 0])",
+         "needle_last = float(grid.loc[last, 0])",
+         "others = float(grid.loc[:, [p for p in POSITIONS if p != 0]].abs().max().max())",
+         "top_layers = sorted({name[:2] for _, name in ranked[:3]})",
+         "assert needle > 0.9, f'patching the needle value at layer 0 should recover the logit difference: {needle:.3f}'",
+         "assert needle_last < 0.1, f'at layer {last} the value should have left the needle position: {needle_last:.3f}'",
+         "assert others < 0.05, f'patching the other positions should do nothing: max |effect| {others:.3f}'",
+         "assert top_layers == ['L2'], f'the strongest heads at the last position should be in layer 2: {ranked[:3]}'",
+         'print(json.dumps({"needle_layer0": round(needle, 4), "needle_last_layer": round(needle_last, 4),',
+         '                  "other_positions_max": round(others, 4), "top_heads": [h for _, h in ranked[:3]],',
+         '                  "top_head_effect": ranked[0][0], "n_pairs": resid.n_pairs}))'),
 ]
 
 ATTRIBUTION = [
-    ("md", "# Attribution patching vs exact patching\nAtP estimates every cell from two forward passes and one "
-           "backward; the QK fix recomputes the attention pattern exactly for patched queries and keys. The "
-           "built-in check runs exact patching on the top cells and a random sample."),
-    ("params", 'MODEL = "tiny-llama"\nLENGTHS = (256,)\nDEPTHS = (0.25, 0.75)\nN_SEEDS = 2\nMETHOD = "atp-qk"\n'
-               'SITES = ("head_out", "resid_pre")\nTOP, SAMPLE = 6, 12'),
-    ("code", "import interp\nfrom interp.patching import PatchingConfig, niah_pairs, run_attribution\n"
-             "from interp.plotting_patching import attribution_scatter\nfrom interp.tasks.niah import NiahConfig\n"
-             "model = interp.load_model(MODEL)\n"
-             "pairs = niah_pairs(model.tokenizer, NiahConfig(context_lengths=LENGTHS, depths=DEPTHS, n_seeds=N_SEEDS))\n"
-             "res = run_attribution(model, pairs, PatchingConfig(sites=SITES), method=METHOD, verify_top=TOP, "
-             "verify_sample=SAMPLE)"),
-    ("code", "{site: {k: v[k] for k in ('pearson', 'spearman', 'top_k_recall', 'largest_missed')} "
-             "for site, v in res.verification.items()}"),
-    ("code", "attribution_scatter(res.to_dict())['attribution_vs_exact_head_out']"),
+    md("# Attribution patching vs exact patching",
+       "AtP estimates every cell from two forward passes and one backward; the QK fix recomputes the attention "
+       "pattern exactly for patched queries and keys. The built-in check runs exact patching on the top cells "
+       "and a random sample."),
+    params('MODEL = "tiny-llama"', "LENGTHS = (256,)", "DEPTHS = (0.25, 0.75)", "N_SEEDS = 2",
+           'METHOD = "atp-qk"', 'SITES = ("head_out", "resid_pre")', "TOP, SAMPLE = 6, 12"),
+    code("import json",
+         "import interp",
+         "from interp import plotting_patching",
+         "model = interp.load_model(MODEL)",
+         "pairs = interp.niah_pairs(model.tokenizer, interp.NiahConfig(context_lengths=LENGTHS, depths=DEPTHS,",
+         "                                                             n_seeds=N_SEEDS))",
+         "res = interp.run_attribution(model, pairs, interp.PatchingConfig(sites=SITES), method=METHOD,",
+         "                             verify_top=TOP, verify_sample=SAMPLE)"),
+    code("check = {site: {k: v[k] for k in ('pearson', 'spearman', 'top_k_recall', 'largest_missed')}",
+         "         for site, v in res.verification.items()}",
+         "check"),
+    code("plotting_patching.attribution_scatter(res.to_dict())['attribution_vs_exact_head_out']"),
+    code("# the cheap estimate agrees with exact patching on the cells that were checked",
+         "for site, v in check.items():",
+         "    assert v['pearson'] > 0.9, f'{site}: {METHOD} vs exact patching, Pearson {v[\"pearson\"]:.3f}'",
+         "print(json.dumps({site: {k: (None if v[k] is None else round(float(v[k]), 4))",
+         "                         for k in ('pearson', 'spearman', 'top_k_recall')} for site, v in check.items()}))"),
 ]
 
+ROPE_ZERO = [
+    md("# RoPE frequency zeroing and the RoPE profile of retrieval heads",
+       "Detect the retrieval heads, then zero their lowest-frequency RoPE dims (post-RoPE q, so only these heads "
+       "change) at growing doses. Controls at every dose, on the same paired prompts: the same number of random "
+       "dims in the same heads, and the same band in matched other heads; plus next-token loss on plain text "
+       "(task specificity). Then the profile: each head's share of |q.k| per rotary frequency pair."),
+    params('MODEL = "tiny-qwen2"  # a RoPE model (GPT-2 has no rotary dims to zero)',
+           "LENGTHS = (256,)", "DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)", "N_SEEDS = 4",
+           "THRESHOLD = 0.1",
+           'BAND = "lowest"  # lowest | highest | random',
+           "DOSES = (0, 4, 8, 12, 16)  # dims zeroed per head (of head_dim 32 in tiny-qwen2)",
+           "RANDOM_DRAWS, HEAD_DRAWS = 3, 2",
+           "N_BOOT = 2000  # bootstrap resamples / sign-flip permutations (the CLI uses 5000)",
+           'STATISTIC = "low_share"  # rope-profile head statistic: q_norm | k_norm | qk_norm | low_share'),
+    code("import json",
+         "import interp",
+         "from interp import plotting",
+         "model = interp.load_model(MODEL)",
+         "niah = interp.NiahConfig(context_lengths=LENGTHS, depths=DEPTHS, n_seeds=N_SEEDS)",
+         "samples = interp.build_niah(model.tokenizer, niah)",
+         "det = interp.detect_retrieval_heads(model, interp.RetrievalConfig(niah=niah, threshold=THRESHOLD),",
+         "                                    samples=samples)",
+         "print(f'recall {det.baseline_recall:.2f}; retrieval heads {det.heads}')"),
+    code("rz = interp.run_rope_zero(model, interp.RopeZeroConfig(",
+         "    heads=det.head_ids(), niah=niah, band=BAND, doses=DOSES, random_draws=RANDOM_DRAWS,",
+         "    head_draws=HEAD_DRAWS, n_boot=N_BOOT, n_perm=N_BOOT, heads_source='retrieval (detected)'), samples=samples)",
+         "table = rz.to_frame()",
+         "table[~table.condition.str.match(r'(random dims|matched heads) \\d')][",
+         "    ['dose', 'condition', 'metric', 'mean', 'lo', 'hi', 'diff', 'p_value']]"),
+    code("plotting.rope_dose_response(rz.to_dict())"),
+    md("The profile: which frequencies each head's q.k logits use (pairs sorted from low to high frequency; "
+       "● retrieval heads), and the head statistic compared between retrieval and other heads (Cohen's d, "
+       "permutation test with labels permuted within layers)."),
+    code("prof = interp.run_rope_profile(model, interp.RopeProfileConfig(",
+         "    retrieval_heads=det.head_ids(), heads_source='retrieval (detected)', statistic=STATISTIC, n_perm=N_BOOT))",
+         "plotting.rope_usage_heatmap(prof.to_dict()).show()",
+         "cmp_ = prof.comparison",
+         "print(f\"{STATISTIC}: retrieval heads {cmp_['mean_retrieval']:.3f} vs other heads {cmp_['mean_other']:.3f}, \"",
+         "      f\"Cohen's d {cmp_['cohens_d']:.2f}, layer-clustered p {cmp_['layer_clustered_permutation']['p_value']:.3f}\")"),
+    code("# zeroing the band at the highest dose breaks retrieval in the retrieval heads, more than random dims",
+         "# in the same heads and more than the same band in other heads; the language-model loss barely moves.",
+         "# The retrieval heads put more of their q.k into the lowest frequencies than the other heads.",
+         "top = rz.doses[-1]",
+         "base = rz.baseline['metric']['mean']",
+         "target, random_dims, matched = (top.target['metric']['mean'], top.random_pooled['metric']['mean'],",
+         "                                top.matched_pooled['metric']['mean'])",
+         "loss_change = top.task['vs_baseline']['diff']",
+         "assert base >= 0.9, f'baseline recall {base:.2f}'",
+         "assert target <= base - 0.5, f'zeroing {top.dose} {BAND}-frequency dims should lower recall: {base:.2f} -> {target:.2f}'",
+         "assert target < random_dims and target < matched, (f'the band in the retrieval heads ({target:.2f}) should hurt '",
+         "                                                   f'more than random dims ({random_dims:.2f}) and other heads '",
+         "                                                   f'({matched:.2f})')",
+         "assert abs(loss_change) < 0.1, f'next-token loss on plain text changed by {loss_change:+.3f} nats'",
+         "assert cmp_['mean_retrieval'] > cmp_['mean_other'], f'{STATISTIC}: retrieval heads vs others {cmp_}'",
+         'print(json.dumps({"heads": rz.heads, "dose": top.dose, "recall_baseline": base, "recall_target": target,',
+         '                  "recall_random_dims": random_dims, "recall_matched_heads": matched,',
+         '                  "recall_by_dose": [d.target["metric"]["mean"] for d in rz.doses],',
+         '                  "task_loss_change": round(loss_change, 4), "statistic": STATISTIC,',
+         '                  "stat_retrieval": round(cmp_["mean_retrieval"], 4), "stat_other": round(cmp_["mean_other"], 4),',
+         '                  "cohens_d": round(cmp_["cohens_d"], 3)}))'),
+]
+
+INDUCTION = [
+    md("# Induction heads and copy suppression",
+       "Induction heads on repeated random tokens ([BOS] R R): attention scores from the real q and k, OV "
+       "copying, first- vs second-copy loss, and a causal check (ablate the induction heads vs matched random "
+       "heads, paired per sequence). Then copy-suppression heads on held-out corpus text: OV self-suppression, "
+       "attention to earlier copies of the predicted token, direct logit effect, and ablation of candidates "
+       "(direct vs total effect: self-repair)."),
+    params('MODEL = "tiny-qwen2"', "LENGTH = 50  # tokens per copy", "N_SEQS = 16", "DRAWS = 3",
+           "SWEEP = True  # also ablate every head alone", "N_TEXTS, SEQ_LEN = 16, 128  # copy suppression",
+           "CANDIDATES = 3", "N_BOOT = 2000"),
+    code("import json",
+         "import interp",
+         "from interp import plotting_heads",
+         "model = interp.load_model(MODEL)",
+         "ind = interp.detect_induction_heads(model, interp.InductionConfig(",
+         "    repeated=interp.RepeatedConfig(lengths=(LENGTH,), n_seqs=N_SEQS), draws=DRAWS, sweep=SWEEP,",
+         "    n_boot=N_BOOT, n_perm=N_BOOT))",
+         "loss = ind.losses[0]",
+         "print(f\"induction heads {ind.induction_heads}; previous-token heads {ind.prev_token_heads}\")",
+         "print(f\"first copy {loss['early_loss']:.2f} nats, second copy {loss['late_loss']:.2f} nats \"",
+         "      f\"(ICL score {loss['icl_score']:+.2f})\")",
+         "scores = ind.to_frame().query(\"quantity in ('induction', 'prev_token', 'copying', 'ablation_delta_late_loss')\")",
+         "scores.pivot_table(index='head_id', columns='quantity', values='value').sort_values('induction', "
+         "ascending=False).head(8)"),
+    code("figs = plotting_heads.induction_figures(ind.to_dict())",
+         "for name in ('induction_heatmap', 'induction_vs_copying', 'single_head_ablation_heatmap', 'ablation_late_loss'):",
+         "    if name in figs:  # the single-head map needs SWEEP",
+         "        figs[name].show()",
+         "ind.causal_frame().query('metric == \"late_loss\"')[['condition', 'heads', 'mean', 'lo', 'hi', 'diff', "
+         "'p_value']]"),
+    md("Copy suppression: the candidates are the heads whose OV circuit most suppresses the token it reads. "
+       "A copy-suppression head must meet every criterion (OV suppression, QK lift, negative direct effect, "
+       "ablation raises p(copied token))."),
+    code("cs = interp.detect_copy_suppression(model, interp.CopySuppressionConfig(",
+         "    n_texts=N_TEXTS, seq_len=SEQ_LEN, n_candidates=CANDIDATES, n_boot=N_BOOT))",
+         "print(cs.summary)",
+         "csf = plotting_heads.copy_suppression_figures(cs.to_dict())",
+         "csf['ov_vs_dla'].show()",
+         "{c['head']: c['criteria'] for c in cs.candidates}"),
+    md("On the bundled organisms no head meets these criteria at these settings (measured on tiny-qwen2 and "
+       "tiny-llama): their training mix has list documents meant to reward copy suppression, but no such head "
+       "formed; the hand-built models in `tests/planted.py` are the positive case. The same measurements with "
+       "the induction heads as the ablated heads show the opposite signature: ablating a copy head lowers the "
+       "probability of the token it attends to (and the rest of the model compensates for part of its effect)."),
+    code("cs_ind = interp.detect_copy_suppression(model, interp.CopySuppressionConfig(",
+         "    n_texts=N_TEXTS, seq_len=SEQ_LEN, heads=tuple(ind.induction_heads), n_boot=N_BOOT))",
+         "plotting_heads.copy_suppression_figures(cs_ind.to_dict())['self_repair'].show()",
+         "{c['head']: {k: round(c['ablation'][k]['mean'], 3) for k in ('delta_prob', 'direct', 'total', 'self_repair')}",
+         " for c in cs_ind.candidates}"),
+    code("# induction: the second copy is predicted far better than the first, and ablating the induction heads",
+         "# (not matched random heads) removes that. Copy suppression: no head meets the criteria here, and",
+         "# ablating each induction head lowers p(copied token): they copy, they do not suppress.",
+         "c = ind.causal",
+         "late = {x['name']: x['estimates']['late_loss']['mean'] for x in c['conditions']}",
+         "late_random = c['random_pooled']['estimates']['late_loss']['mean']",
+         "gap = loss['early_loss'] - loss['late_loss']",
+         "assert ind.induction_heads, 'no induction head found'",
+         "assert gap > 3.0, f'second-copy loss should be far below the first copy: gap {gap:.2f} nats'",
+         "assert late['target'] - late['baseline'] > 3.0, f'ablating the induction heads should raise the second-copy loss: {late}'",
+         "assert late_random - late['baseline'] < 0.5, f'matched random heads: second-copy loss {late_random:.2f}'",
+         "dprob = {x['head']: x['ablation']['delta_prob'] for x in cs_ind.candidates}",
+         "assert all(e['hi'] < 0 for e in dprob.values()), f'ablating an induction head should lower p(copied): {dprob}'",
+         "max_ov = max(r['ov_suppression'] for r in cs.ranked)",
+         'print(json.dumps({"induction_heads": ind.induction_heads, "early_loss": round(loss["early_loss"], 4),',
+         '                  "late_loss": round(loss["late_loss"], 4), "late_loss_target": round(late["target"], 4),',
+         '                  "late_loss_random": round(late_random, 4),',
+         '                  "copy_suppression_heads": cs.copy_suppression_heads, "max_ov_suppression": max_ov,',
+         '                  "induction_delta_prob": {h: round(e["mean"], 4) for h, e in dprob.items()}}))'),
+]
+
+PROBES = [
+    md("# Activation store and positional vs semantic probes",
+       "Cache the residual stream of held-out corpus text to a memory-mapped store on disk (atomic, checksummed "
+       "shards), read it back, then fit held-out linear probes per layer: position (R²) and word category / "
+       "token identity (accuracy), each against shuffled labels, with the position / context / rest variance "
+       "decomposition. Two models: one with learned absolute position embeddings (GPT-2) and one with RoPE, "
+       "whose residual stream gets no position vector at the input."),
+    params('MODEL = "tiny-gpt2"  # learned absolute positions', 'ROPE_MODEL = "tiny-qwen2"  # rotary positions',
+           "N_SEQUENCES = 128", "MAX_LENGTH = 64  # tokens per sequence (corpus texts are longer: all have this length)",
+           'SITES = ("resid",)  # the residual stream at every depth',
+           "STORE = None  # a folder for the stores; None: a new temporary folder"),
+    code("import json, shutil, tempfile",
+         "from pathlib import Path",
+         "import numpy as np",
+         "import interp",
+         "root = Path(STORE or tempfile.mkdtemp(prefix='interp-store-'))",
+         "data = interp.CorpusData(n_sequences=N_SEQUENCES)",
+         "cfg = interp.CacheConfig(sites=SITES, max_length=MAX_LENGTH, shard_sequences=64)",
+         "models = {name: interp.load_model(name) for name in (MODEL, ROPE_MODEL)}",
+         "for name, m in models.items():",
+         "    interp.cache_activations(m, data, root / name, cfg, overwrite=True)",
+         "store = interp.open_store(root / MODEL)",
+         "store"),
+    md("The store is plain `.npy` shards: any reader can memory-map them without interp."),
+    code("site = store.sites[0]",
+         "x = store.get(site, 0, 8)  # torch tensor, tokens [0, 8)",
+         "shard0 = np.load(root / MODEL / 'shards' / '00000' / f'{site}.npy', mmap_mode='r')",
+         "assert np.array_equal(shard0[:8], x.numpy())",
+         "print(store.sites, store.n_tokens, store.n_sequences, type(shard0).__name__, shard0.shape)",
+         "print('positions', store.meta('positions')[:8], 'categories', store.manifest['categories'])"),
+    md("Probes per site (held-out sequences score them), for both models:"),
+    code("res = {name: interp.run_probes(interp.open_store(root / name), interp.ProbeConfig(), model=m)",
+         "       for name, m in models.items()}",
+         "frame = {name: r.to_frame() for name, r in res.items()}",
+         "frame[MODEL][['site', 'position.r2_test', 'position.r2_shuffled', 'category.acc_test', "
+         "'category.acc_majority', 'token.acc_test', 'decomposition.share_pos']]"),
+    code("d = res[MODEL].to_dict()",
+         "interp.probes_by_layer(d).show()",
+         "interp.decomposition_by_layer(d).show()",
+         "interp.probes_by_layer(res[ROPE_MODEL].to_dict()).show()",
+         "if STORE is None:  # the stores were only for this notebook (set STORE to keep them)",
+         "    shutil.rmtree(root)"),
+    code("# learned position embeddings put position into the residual stream from the start (R^2 ~ 1 at the",
+         "# embeddings); RoPE does not (R^2 ~ 0 there), position appears only after attention layers. Word",
+         "# category is linearly readable at every depth in both, far above the majority class.",
+         "def r2(name):",
+         "    return [round(l['position']['r2_test'], 4) for l in res[name].layers]",
+         "def cat_margin(name):",
+         "    return min(l['category']['acc_test'] - l['category']['acc_majority'] for l in res[name].layers)",
+         "r2_abs, r2_rope = r2(MODEL), r2(ROPE_MODEL)",
+         "shuffled = max(abs(l['position']['r2_shuffled']) for r in res.values() for l in r.layers)",
+         "assert r2_abs[0] > 0.9, f'{MODEL}: position R^2 at the embeddings {r2_abs[0]}'",
+         "assert r2_rope[0] < 0.2, f'{ROPE_MODEL}: RoPE adds no position vector, yet R^2 at the embeddings is {r2_rope[0]}'",
+         "assert max(r2_rope[1:]) > 0.3, f'{ROPE_MODEL}: position should become readable after attention: {r2_rope}'",
+         "assert shuffled < 0.1, f'shuffled position labels should give R^2 ~ 0: {shuffled}'",
+         "assert min(cat_margin(MODEL), cat_margin(ROPE_MODEL)) > 0.3, 'word category should beat the majority class'",
+         'print(json.dumps({"sites": [l["site"] for l in res[MODEL].layers], "r2_position": r2_abs,',
+         '                  "r2_position_rope": r2_rope, "r2_shuffled_max": round(shuffled, 4),',
+         '                  "category_margin_min": round(min(cat_margin(MODEL), cat_margin(ROPE_MODEL)), 4),',
+         '                  "n_tokens": store.n_tokens}))'),
+]
+
+NOTEBOOKS = {
+    "01_quickstart": QUICKSTART,
+    "02_retrieval_heads": RETRIEVAL,
+    "03_activation_patching": PATCHING,
+    "04_attribution_patching": ATTRIBUTION,
+    "05_rope_zeroing": ROPE_ZERO,
+    "06_induction_copy_suppression": INDUCTION,
+    "07_probes_activation_store": PROBES,
+}
+
 if __name__ == "__main__":
-    nbf.write(notebook(QUICKSTART), HERE / "01_quickstart.ipynb")
-    nbf.write(notebook(RETRIEVAL), HERE / "02_retrieval_heads.ipynb")
-    nbf.write(notebook(PATCHING), HERE / "03_activation_patching.ipynb")
-    nbf.write(notebook(ATTRIBUTION), HERE / "04_attribution_patching.ipynb")
+    for name, cells in NOTEBOOKS.items():
+        nbf.write(notebook(cells), HERE / f"{name}.ipynb")

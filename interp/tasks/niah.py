@@ -140,7 +140,7 @@ def _check_needles(needles: list[dict], config: "NiahConfig", path: str) -> None
            "were asked")
     if config.haystack_file:
         raise InvalidInputError(f"{msg}: with the same --haystack, {config.n_seeds - distinct} prompts per cell "
-                                f"would repeat others; pass --seeds <= {distinct} or add needles")
+                                f"would repeat others; pass --n-seeds <= {distinct} or add needles")
     import warnings
 
     from ..errors import InterpWarning

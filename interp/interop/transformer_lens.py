@@ -1,0 +1,296 @@
+"""interp Site names <-> TransformerLens hook names, and the HF model behind a TransformerBridge.
+
+The map is pure strings (no transformer_lens import). Per interp kind, the TransformerLens hook
+that records the same tensor (checked against TransformerLens 4.3's TransformerBridge on every
+tiny adapter in tests/test_interop.py, <= 1e-5):
+
+    L{l}.resid_pre     blocks.{l}.hook_resid_pre      (bridge alias: blocks.{l}.hook_in)
+    L{l}.attn_out      blocks.{l}.hook_attn_out       (module output: blocks.{l}.attn.hook_out)
+    L{l}.mlp_out       blocks.{l}.hook_mlp_out        (module output: blocks.{l}.mlp.hook_out)
+    L{l}.resid_post    blocks.{l}.hook_resid_post     (bridge alias: blocks.{l}.hook_out)
+    L{l}.head_out      blocks.{l}.attn.hook_z         (bridge alias: blocks.{l}.attn.o.hook_in)
+    L{l}.q / .k        blocks.{l}.attn.hook_rot_q / hook_rot_k   (post-RoPE, post-QK-norm)
+    L{l}.v             blocks.{l}.attn.hook_v
+    L{l}.pattern_rows  blocks.{l}.attn.hook_pattern
+
+Both sides use the same layout: [batch, pos, d_model]; per head [batch, pos, head, d_head] (k, v:
+key/value heads under GQA); pattern [batch, head, query, key]. A `.H{h}` head of an interp site is
+index h on the hook's head axis (`site_hook`, `head_hook`).
+
+The architecture-independent map above is exact for pre-norm RoPE decoders (Llama, Qwen2,
+Mistral). Pass `model=` (an interp.Model, ModelSpec, HF model/config or model_type) for the
+others:
+  * no RoPE (GPT-2, BERT): q/k are TL's hook_q / hook_k (there is no rotation, and no hook_rot_q).
+  * Gemma-2, OLMo-2 (a norm on each sublayer's output): TL's hook_attn_out / hook_mlp_out come
+    after that norm, interp's attn_out / mlp_out before it (the module outputs), so those map to
+    blocks.{l}.attn.hook_out / blocks.{l}.mlp.hook_out.
+  * GPT-NeoX: TransformerLens 4.3's joint-QKV bridge applies RoPE inside its attention and never
+    fires hook_rot_q / hook_rot_k (they exist, nothing reaches them); its hook_q / hook_k are
+    pre-RoPE. So interp's q and k have no TL hook there: an error says so.
+TL's hook_q / hook_k on a RoPE model are the projections before the rotation, which interp has no
+site for. TL names with no interp equivalent (hook_resid_mid, hook_attn_scores, hook_result,
+ln*/mlp internals, embed/unembed, ...) raise InvalidInputError saying why and what to use instead.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import InvalidInputError, UnsupportedModelError
+from ..types import HeadLike, Site, as_head
+
+# interp kind -> TL hook name under blocks.{layer}. (architecture-independent defaults)
+TO_TL = {
+    "resid_pre": "hook_resid_pre",
+    "attn_out": "hook_attn_out",
+    "mlp_out": "hook_mlp_out",
+    "resid_post": "hook_resid_post",
+    "head_out": "attn.hook_z",
+    "q": "attn.hook_rot_q",
+    "k": "attn.hook_rot_k",
+    "v": "attn.hook_v",
+    "pattern_rows": "attn.hook_pattern",
+}
+
+# TL hook name under blocks.{layer}. -> interp kind: canonical names and the bridge's own aliases
+FROM_TL = {
+    "hook_resid_pre": "resid_pre",
+    "hook_in": "resid_pre",
+    "hook_attn_out": "attn_out",
+    "attn.hook_out": "attn_out",
+    "hook_mlp_out": "mlp_out",
+    "mlp.hook_out": "mlp_out",
+    "hook_resid_post": "resid_post",
+    "hook_out": "resid_post",
+    "attn.hook_z": "head_out",
+    "attn.o.hook_in": "head_out",
+    "attn.hook_rot_q": "q",
+    "attn.hook_rot_k": "k",
+    "attn.hook_v": "v",
+    "attn.v.hook_out": "v",
+    "attn.hook_pattern": "pattern_rows",
+}
+
+# the projections before RoPE: interp's q/k only where the model has no rotation
+PRE_ROPE = {"attn.hook_q": "q", "attn.q.hook_out": "q", "attn.hook_k": "k", "attn.k.hook_out": "k"}
+PRE_ROPE_NAME = {"q": "attn.hook_q", "k": "attn.hook_k"}
+
+# architectures whose sublayers end in a norm before the residual add: TL's hook_attn_out /
+# hook_mlp_out are after it, interp's attn_out / mlp_out (module outputs) before it
+POST_NORM_TYPES = ("gemma2", "olmo2")
+# bridges that never fire hook_rot_q / hook_rot_k (TransformerLens 4.3: RoPE inside joint QKV)
+NO_ROT_HOOK_TYPES = ("gpt_neox",)
+MODULE_OUT = {"attn_out": "attn.hook_out", "mlp_out": "mlp.hook_out"}
+
+_NO_EQUIVALENT = {
+    "hook_resid_mid": "the residual between attention and MLP; interp has no resid_mid site: it is "
+                      "L{l}.resid_pre + L{l}.attn_out on pre-norm models (capture both and add them)",
+    "attn.hook_attn_scores": "pre-softmax attention scores; interp records the post-softmax rows "
+                             "(L{l}.pattern_rows, via interp.attention_rows)",
+    "attn.hook_result": "per-head outputs after W_O; capture L{l}.head_out (before W_O) and multiply by the "
+                        "head's slice of W_O (model.adapter.o_weight)",
+    "attn.hook_q": "the query projection before RoPE; interp's q is after RoPE (and QK-norm): use "
+                   "blocks.{l}.attn.hook_rot_q, or pass model= for a model without RoPE (GPT-2, BERT)",
+    "attn.hook_k": "the key projection before RoPE; interp's k is after RoPE (and QK-norm): use "
+                   "blocks.{l}.attn.hook_rot_k, or pass model= for a model without RoPE (GPT-2, BERT)",
+}
+_NO_EQUIVALENT["attn.q.hook_out"] = _NO_EQUIVALENT["attn.hook_q"]
+_NO_EQUIVALENT["attn.k.hook_out"] = _NO_EQUIVALENT["attn.hook_k"]
+
+_BLOCK_RE = re.compile(r"^blocks\.(\d+)\.(.+)$")
+
+
+def _arch(model) -> tuple[str, bool] | None:
+    """(model_type, has RoPE) of an interp.Model, ModelSpec, HF model / config, TransformerBridge or
+    model_type string; None for None."""
+    if model is None:
+        return None
+    spec = getattr(model, "spec", model)  # interp.Model -> ModelSpec
+    if hasattr(spec, "positional") and hasattr(spec, "model_type"):
+        return spec.model_type, spec.positional == "rope"
+    if isinstance(model, str):
+        model_type = model
+    else:
+        inner = getattr(model, "original_model", model)  # a TransformerBridge -> the HF model it wraps
+        cfg = getattr(inner, "config", inner)  # HF model -> its config
+        model_type = getattr(cfg, "model_type", None)
+        if not isinstance(model_type, str):
+            raise InvalidInputError(f"model={model!r}: pass an interp.Model, a ModelSpec, an HF model or config, "
+                                    "or a model_type string")
+    from ..adapters import adapter_class
+
+    return model_type, adapter_class(model_type).positional == "rope"
+
+
+def _as_site(site) -> Site:
+    if isinstance(site, Site):
+        return site
+    if isinstance(site, str):
+        return Site.parse(site)
+    raise InvalidInputError(f"bad site {site!r}: pass an interp.Site or a name like 'L3.resid_pre'")
+
+
+def to_transformer_lens(site: Site | str, model=None) -> str:
+    """The TransformerLens hook name that records interp's `site` ('L2.head_out' -> 'blocks.2.attn.hook_z').
+
+    A head (`L2.head_out.H1`) is an index on the hook's head axis, not part of the name: use
+    `site_hook` to get both. `model` (interp.Model, ModelSpec, HF model/config, TransformerBridge or
+    model_type string) makes the name exact for architectures where the default map differs (see
+    the module docstring); raises InvalidInputError where TransformerLens has no hook for the site.
+    """
+    s = _as_site(site)
+    hook = TO_TL[s.kind]
+    arch = _arch(model)
+    if arch is not None:
+        model_type, rope = arch
+        if s.kind in ("q", "k") and not rope:
+            hook = PRE_ROPE_NAME[s.kind]
+        elif s.kind in ("q", "k") and model_type in NO_ROT_HOOK_TYPES:
+            raise InvalidInputError(
+                f"{s} on {model_type}: TransformerLens's bridge for {model_type} never fires "
+                f"attn.hook_rot_{s.kind} (RoPE is applied inside its joint-QKV attention) and its "
+                f"attn.hook_{s.kind} is before RoPE, so no TL hook records interp's post-RoPE {s.kind}; "
+                f"capture it with interp.Capture(['{s}'])")
+        elif s.kind in MODULE_OUT and model_type in POST_NORM_TYPES:
+            hook = MODULE_OUT[s.kind]
+    return f"blocks.{s.layer}.{hook}"
+
+
+def site_hook(site: Site | str, model=None) -> tuple[str, int | None]:
+    """(TransformerLens hook name, head index or None) for interp's `site`: 'L2.head_out.H1' ->
+    ('blocks.2.attn.hook_z', 1); the index is on the hook's head axis ([batch, pos, head, d_head],
+    or [batch, head, query, key] for hook_pattern). `model` as in `to_transformer_lens`."""
+    s = _as_site(site)
+    return to_transformer_lens(s, model), s.head
+
+
+def head_hook(head: HeadLike) -> tuple[str, int]:
+    """A query head as a TransformerLens hook point: HeadId(2, 1) (or 'L2H1', (2, 1)) ->
+    ('blocks.2.attn.hook_z', 1): the head's output before W_O, the tensor interp's AblateHeads and
+    head_out patches edit."""
+    h = as_head(head)
+    return f"blocks.{h.layer}.attn.hook_z", h.head
+
+
+def from_transformer_lens(name: str, head: int | None = None, model=None) -> Site:
+    """The interp Site recorded by TransformerLens hook `name` ('blocks.2.attn.hook_z' -> L2.head_out).
+
+    `head` selects one head of a per-head hook (-> L2.head_out.H1). Accepts TL's canonical names and
+    the bridge's aliases (blocks.{l}.hook_in / hook_out, attn.o.hook_in, attn.hook_out, mlp.hook_out).
+    `model` as in `to_transformer_lens` (needed for hook_q / hook_k on models without RoPE, and to
+    refuse hook_attn_out / hook_mlp_out where they differ from interp's). Raises InvalidInputError,
+    saying why, for names with no interp equivalent.
+    """
+    if not isinstance(name, str):
+        raise InvalidInputError(f"bad TransformerLens hook name {name!r}: pass a string like 'blocks.3.hook_resid_pre'")
+    text = name.strip()
+    m = _BLOCK_RE.match(text)
+    if not m:
+        raise InvalidInputError(
+            f"TransformerLens hook {text!r} has no interp site: interp's sites live in the transformer blocks "
+            "(blocks.{l}.*); embeddings, the final norm and the unembedding are not sites (L0.resid_pre is the "
+            "first block's input, the last layer's resid_post the final norm's input)")
+    layer, rest = int(m.group(1)), m.group(2)
+    arch = _arch(model)
+    model_type, rope = arch if arch is not None else (None, True)
+    if rest in PRE_ROPE and not rope:
+        kind = PRE_ROPE[rest]
+    elif rest in PRE_ROPE and model_type in NO_ROT_HOOK_TYPES:
+        raise InvalidInputError(f"{text}: the {PRE_ROPE[rest]} projection before RoPE; interp's {PRE_ROPE[rest]} is "
+                                f"after RoPE, and TransformerLens's {model_type} bridge fires no post-RoPE hook; "
+                                f"capture interp's L{layer}.{PRE_ROPE[rest]}")
+    elif rest in FROM_TL:
+        kind = FROM_TL[rest]
+        if kind in ("q", "k") and arch is not None and not rope:
+            raise InvalidInputError(f"{text}: {model_type} has no RoPE, so TransformerLens has no {rest}; "
+                                    f"use blocks.{layer}.{PRE_ROPE_NAME[kind]}")
+        if kind in ("q", "k") and model_type in NO_ROT_HOOK_TYPES:
+            raise InvalidInputError(f"{text}: TransformerLens's {model_type} bridge never fires {rest} (RoPE is "
+                                    f"applied inside its joint-QKV attention); capture interp's L{layer}.{kind}")
+        if model_type in POST_NORM_TYPES and rest in ("hook_attn_out", "hook_mlp_out"):
+            sub = "attn" if rest == "hook_attn_out" else "mlp"
+            raise InvalidInputError(
+                f"{text}: on {model_type} TransformerLens records this after the {sub} output norm, interp's "
+                f"{kind} is before it (the module output, blocks.{layer}.{MODULE_OUT[kind]}); interp has no site "
+                f"for the normed output: use blocks.{layer}.{MODULE_OUT[kind]} for L{layer}.{kind}")
+    elif rest in _NO_EQUIVALENT:
+        raise InvalidInputError(f"TransformerLens hook {text!r} has no interp site: it is "
+                                + _NO_EQUIVALENT[rest].format(l=layer))
+    else:
+        raise InvalidInputError(
+            f"TransformerLens hook {text!r} has no interp site (norm, MLP-internal, split-input and RoPE-table "
+            f"hooks have none); mapped hooks under blocks.{layer}: {', '.join(sorted(FROM_TL))}")
+    if head is not None and not isinstance(head, int):
+        raise InvalidInputError(f"head must be an int, got {head!r}")
+    return Site(layer, kind, head)
+
+
+def looks_like_transformer_lens(text: str) -> bool:
+    """Whether a site string is spelled the TransformerLens way (interp names never contain 'hook_')."""
+    t = text.strip()
+    return t.startswith("blocks.") or "hook_" in t
+
+
+# ---- the HF model behind a TransformerBridge -----------------------------------------------
+
+def _strip(name: str) -> str:
+    return ".".join(p for p in name.split(".") if p != "_original_component")
+
+
+def hf_from_bridge(bridge):
+    """A plain transformers model (own module tree and config) whose parameters and buffers ARE the
+    tensors of the HF model `bridge` wraps (shared, not copied: no extra memory; an in-place weight
+    edit on either side shows on both).
+
+    Why not the bridged model itself: TransformerBridge replaces the HF model's submodules in place
+    with its own components, whose attention recomputes q, k, softmax and the output itself and never
+    calls transformers' attention interface, so interp's interception point would never run. The copy
+    runs the model's own attention implementation (sdpa; eager for Gemma-2), as interp's own load does.
+    Raises UnsupportedModelError for what it cannot reproduce: processed weights
+    (enable_compatibility_mode / process_weights fold and center them), offloaded (meta) weights, a
+    HookedTransformer, or parameters it cannot find.
+    """
+    import copy
+
+    import torch
+
+    kind = type(bridge).__name__
+    mod = type(bridge).__module__ or ""
+    if not mod.startswith("transformer_lens"):
+        raise InvalidInputError(f"expected a TransformerLens TransformerBridge, got {kind} from {mod or '?'}")
+    hf = getattr(bridge, "original_model", None)
+    if not isinstance(hf, torch.nn.Module) or not hasattr(hf, "config"):
+        raise UnsupportedModelError(
+            f"{kind} holds no transformers model (a HookedTransformer keeps its weights in TransformerLens's own "
+            "layout); load the checkpoint with interp.load_model(name), or boot a TransformerBridge "
+            "(TransformerBridge.boot_transformers) and pass that")
+    if getattr(bridge, "_weights_processed", False):
+        raise UnsupportedModelError(
+            "this TransformerBridge's weights were processed (enable_compatibility_mode() or process_weights(): "
+            "LayerNorm folding / weight centering rewrite them), so they are no longer the HF model's weights; "
+            "boot a fresh bridge, or use enable_compatibility_mode(no_processing=True)")
+    from ..adapters import adapter_class
+
+    config = copy.deepcopy(hf.config)
+    impl = adapter_class(config.model_type).default_attn_implementation_for(config)
+    src: dict[str, torch.Tensor] = {}
+    for n, t in list(hf.named_parameters(remove_duplicate=False)) + list(hf.named_buffers(remove_duplicate=False)):
+        src.setdefault(_strip(n), t)
+    with torch.device("meta"):
+        plain = type(hf)._from_config(config, attn_implementation=impl)
+    slots = [("_parameters", n) for n, _ in plain.named_parameters(remove_duplicate=False)]
+    slots += [("_buffers", n) for n, _ in plain.named_buffers(remove_duplicate=False)]
+    missing = [n for _, n in slots if n not in src]
+    if missing:
+        raise UnsupportedModelError(
+            f"cannot find {len(missing)} tensor(s) of {type(hf).__name__} inside the bridge (e.g. {missing[0]}); "
+            "load the checkpoint with interp.load_model instead")
+    for table, n in slots:
+        owner, _, leaf = n.rpartition(".")
+        t = src[n]
+        if t.is_meta:
+            raise UnsupportedModelError(
+                f"{n} is on the meta device (an offloaded device_map?): interp needs the weights in memory; "
+                "load the bridge without CPU/disk offloading")
+        getattr(plain.get_submodule(owner) if owner else plain, table)[leaf] = t
+    return plain.eval()
