@@ -27,6 +27,7 @@ _EXPORTS = {
     "head_output_means": "hooks.capture",
     "AttentionRows": "hooks.rows",
     "attention_rows": "hooks.rows",
+    "progress": "progressbar",
     "InterpError": "errors",
     "InvalidInputError": "errors",
     "ModelNotFoundError": "errors",

@@ -55,6 +55,9 @@ class ModelEntry:
 
 
 def list_models() -> list[ModelEntry]:
+    """Every model name `load_model` knows: bundled organisms, minilm-l6 (encoder), Hub aliases and the
+    tiny-random-* families, as ModelEntry(alias, kind, source, available); `available` says whether it
+    loads without a download or install (a Hub alias: already in the HF cache)."""
     from .tiny import TINY_FAMILIES
 
     out = [ModelEntry(n, "bundled", str(p), True) for n, p in bundled_models().items()]

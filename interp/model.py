@@ -17,6 +17,10 @@ from .spec import ModelSpec
 
 @dataclass
 class Batch:
+    """Token ids and attention mask of a left-padded batch, on the model's device (from `Model.tokenize`,
+    `Model.pad` or `Model.as_batch`). `position_ids`: positions counted over real tokens only;
+    `lengths`: real tokens per row."""
+
     input_ids: torch.Tensor  # [batch, seq], left-padded
     attention_mask: torch.Tensor  # [batch, seq], 1 = real token
 
@@ -249,6 +253,8 @@ class Model:
 
     # ---- tokenisation and forward ------------------------------------------------------
     def tokenize(self, texts: str | Sequence[str], add_special_tokens: bool = True) -> Batch:
+        """Tokenize one text or a list of texts into a left-padded Batch on the model's device.
+        Raises InterpError when the model has no tokenizer."""
         if self.tokenizer is None:
             raise InterpError(f"{self.name} has no tokenizer: pass token ids instead of text")
         if isinstance(texts, str):
@@ -264,6 +270,9 @@ class Model:
         return Batch(ids.to(self.device), mask.to(self.device))
 
     def as_batch(self, inputs, attention_mask=None) -> Batch:
+        """A Batch from `inputs`: a Batch (returned as is), a text or list of texts (tokenized), or token ids
+        [seq] or [batch, seq] (mask default: all ones). Raises InvalidInputError for non-integer ids, ids
+        outside the vocabulary or a mask of another shape."""
         if isinstance(inputs, Batch):
             return inputs
         if isinstance(inputs, str) or (isinstance(inputs, (list, tuple)) and inputs and isinstance(inputs[0], str)):

@@ -1,8 +1,30 @@
-"""Plotly figures. Plotting only reads result dicts (as written to JSON); it computes nothing."""
+"""Plotly figures. Plotting only reads results (a result object or its dict, as written to JSON); it
+computes nothing."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+
+
+def as_result_dict(result) -> dict:
+    """A result's dict: a result object (anything with `to_dict()`) or the dict itself (e.g. read from JSON)."""
+    if isinstance(result, dict):
+        return result
+    if callable(getattr(result, "to_dict", None)):
+        return result.to_dict()
+    from .errors import InvalidInputError
+
+    raise InvalidInputError(f"a figure needs a result object or its dict, got {type(result).__name__}")
+
+
+def reads_result(fn):
+    """Decorator: the figure function's first argument may be a result object or its dict."""
+    @functools.wraps(fn)
+    def wrapper(result, *args, **kwargs):
+        return fn(as_result_dict(result), *args, **kwargs)
+
+    return wrapper
 
 
 def _go():
@@ -19,6 +41,7 @@ def head_grid_axes(fig, n_heads: int, n_layers: int, head_title: str = "query he
                              "dtick": 1 if n_layers <= 32 else max(1, n_layers // 16)})
 
 
+@reads_result
 def retrieval_heatmap(result: dict):
     go = _go()
     scores = result["scores"]
@@ -33,6 +56,7 @@ def retrieval_heatmap(result: dict):
     return fig
 
 
+@reads_result
 def streaming_heatmap(result: dict):
     go = _go()
     z = result["streaming"]
@@ -44,6 +68,7 @@ def streaming_heatmap(result: dict):
     return fig
 
 
+@reads_result
 def threshold_sweep(result: dict):
     go = _go()
     xs = [s["threshold"] for s in result["sweep"]]
@@ -72,6 +97,7 @@ def _metric_axis(metric: str) -> dict:
     return {"yaxis_title": metric}
 
 
+@reads_result
 def metric_by_condition(result: dict):
     """Bars: the ablation result's primary metric per condition, with its 95% bootstrap CI."""
     go = _go()
@@ -99,6 +125,7 @@ def write_html(fig, path: str | Path) -> Path:
     return path
 
 
+@reads_result
 def rope_dose_response(result: dict):
     go = _go()
     fig = go.Figure()
@@ -119,6 +146,7 @@ def rope_dose_response(result: dict):
     return fig
 
 
+@reads_result
 def rope_usage_heatmap(result: dict):
     go = _go()
     order = result["pair_order"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from .plotting import reads_result
+
 
 def _go():
     import plotly.graph_objects as go
@@ -77,6 +79,7 @@ def _ci_bars(names, estimates, title, yaxis, colors=None):
     return fig
 
 
+@reads_result
 def induction_figures(result: dict) -> dict:
     """{file stem: figure}: heatmaps per score, induction vs copying scatter, causal check bars."""
     ind = result["induction_heads"]
@@ -110,12 +113,14 @@ def induction_figures(result: dict) -> dict:
     return figs
 
 
+@reads_result
 def copy_suppression_figures(result: dict) -> dict:
     found = result["copy_suppression_heads"]
     cands = [c["head"] for c in result["candidates"]]
     figs = {
-        "ov_suppression_heatmap": score_heatmap(result, "ov_suppression", "OV self-suppression (● candidates)",
-                                                cands),
+        "ov_suppression_heatmap": score_heatmap(result, "ov_suppression", "OV self-suppression: fraction of tokens "
+                                                "a head's OV circuit suppresses most (● candidates)", cands,
+                                                zrange=(0, 1)),
         "qk_lift_heatmap": score_heatmap(result, "qk_lift", "Attention to earlier copies of the predicted token "
                                          "(lift over uniform)", found, "Cividis"),
         "dla_attended_heatmap": score_heatmap(result, "dla_attended", "Direct logit effect on the attended token",

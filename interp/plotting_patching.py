@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+from .plotting import reads_result
+
 
 def _nan(grid):
     if isinstance(grid, list):
@@ -24,6 +26,7 @@ def _position_labels(result: dict, positions: list[int]) -> list[str]:
     return out
 
 
+@reads_result
 def patching_heatmaps(result: dict) -> dict:
     """{file stem: figure}: layer x position (token labels), layer x head, and per position x head for
     head_out_by_pos (one panel per position when there are few); diverging scale centred at 0, fixed
@@ -63,6 +66,7 @@ def patching_heatmaps(result: dict) -> dict:
     return figs
 
 
+@reads_result
 def attribution_scatter(result: dict):
     """{file stem: figure}: per site, the attribution estimate vs exact patching on the cells the
     verification checked (top cells and a random sample), with the y = x line."""
@@ -92,6 +96,7 @@ def attribution_scatter(result: dict):
     return figs
 
 
+@reads_result
 def path_effects(result: dict):
     """Bars: each path-patching effect with its 95% bootstrap CI (none when there is one pair)."""
     import plotly.graph_objects as go

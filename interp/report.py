@@ -72,12 +72,15 @@ def _esc(x) -> str:
 
 PRIMARY = {"retrieval": "retrieval_score", "induction": "induction", "copy_suppression": "ov_suppression"}
 HEADLINE_ROWS = 12  # top heads of a layer x head table
+CELL_CHARS = 28  # longer text cells are cut on the page
 
 
 def headline(stem: str, d: dict, df):
     """The rows worth a first look: the top heads by the result's main score (layer x head tables), the
     rows of the result's metric (condition tables), the largest cells of each grid site (patching), else
     the first rows. Constant columns go (the model)."""
+    import pandas as pd
+
     if {"quantity", "value"} <= set(df.columns):
         q = PRIMARY.get(stem, df["quantity"].iloc[0] if len(df) else None)
         df = df[df["quantity"] == q].sort_values("value", ascending=False, key=abs).head(HEADLINE_ROWS)
@@ -89,7 +92,11 @@ def headline(stem: str, d: dict, df):
         df = top.groupby(by, sort=False).head(HEADLINE_ROWS) if by else top.head(HEADLINE_ROWS)
     df = df.head(TABLE_ROWS)
     keep = [c for c in df.columns if len(df) < 2 or df[c].astype(str).nunique() > 1 or c in ("value", "mean")]
-    return df[keep]
+    df = df[keep].copy()
+    for c in df.columns:  # long lists (dims, head sets) shortened on the page; the CSV has them whole
+        if not pd.api.types.is_numeric_dtype(df[c]):
+            df[c] = df[c].map(lambda v: v if not isinstance(v, str) or len(v) <= CELL_CHARS else v[:CELL_CHARS] + "…")
+    return df
 
 
 def _table(folder: Path, stem: str, d: dict) -> str:

@@ -29,16 +29,27 @@ class RopeSpec:
         return self.rotary_dims // 2
 
     def pair_dims(self, j: int) -> tuple[int, int]:
+        """The two head dims that rotary pair j rotates together (which ones depends on `layout`)."""
         if self.layout == "rotate_half":
             return (j, j + self.rotary_dims // 2)
         return (2 * j, 2 * j + 1)
 
     def to_dict(self) -> dict:
+        """The fields as a plain dict (`inv_freq` as a tuple of floats), for JSON."""
         return asdict(self)
 
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """The geometry of a model, read by its adapter. `architecture`: the HF model class name;
+    `model_type`: the config's model_type. `n_heads` query heads and `n_kv_heads` key/value heads per
+    layer (fewer under GQA); `d_model` the hidden size, `d_vocab` the vocabulary size. `max_positions`:
+    the config's max_position_embeddings (None if it has none). `causal`: a decoder (False: an encoder).
+    `positional`: "rope", "learned" or "none"; `rope` its RopeSpec (None without RoPE). `sliding_window`:
+    the window of the layers listed in `sliding_layers` (None: no sliding window). `attn_logit_softcap`:
+    the attention-logit softcap (Gemma-2), else None. `qk_norm`: queries and keys are normalised
+    (QK-norm). `extras`: free-form details (empty unless an adapter fills it)."""
+
     architecture: str
     model_type: str
     n_layers: int
@@ -70,6 +81,7 @@ class ModelSpec:
         return head // self.group_size
 
     def to_dict(self) -> dict:
+        """The fields as a plain dict (`rope` nested as a dict) plus `group_size`, for JSON."""
         d = asdict(self)
         d["group_size"] = self.group_size
         return d

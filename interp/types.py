@@ -100,6 +100,7 @@ class HeadId:
 
     @classmethod
     def parse(cls, text: str) -> "HeadId":
+        """HeadId from 'L<layer>H<head>' (case-insensitive, e.g. 'L3H1'); raises InvalidInputError otherwise."""
         m = _HEAD_RE.match(text.strip())
         if not m:
             raise InvalidInputError(f"bad head id {text!r}: write heads as L<layer>H<head>, e.g. L3H1")

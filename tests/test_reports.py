@@ -121,3 +121,18 @@ def test_the_browser_check_catches_a_broken_page(runs, tmp_path):
     assert any("JavaScript errors" in p for p in check_page(render(broken / "index.html")))
     (broken / "plotly.min.js").unlink()  # no plotly.js: nothing draws
     assert any("did not draw" in p for p in check_page(render(broken / "index.html")))
+
+
+def test_figure_functions_take_result_objects_or_their_dicts():
+    from interp import plotting
+    from interp.errors import InvalidInputError
+
+    d = {"model": "m", "threshold": 0.1, "sweep": [{"threshold": 0.05, "n_heads": 3}, {"threshold": 0.2, "n_heads": 1}]}
+
+    class Result:
+        def to_dict(self):
+            return d
+
+    assert plotting.threshold_sweep(Result()).to_json() == plotting.threshold_sweep(d).to_json()
+    with pytest.raises(InvalidInputError, match="result object or its dict"):
+        plotting.threshold_sweep([1, 2])

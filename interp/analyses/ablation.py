@@ -30,6 +30,12 @@ from ..types import HeadId
 
 @dataclass
 class AblationConfig:
+    """`heads`: the target heads to mask; `niah`: the NIAH grid of the default task. `mode`: zero | mean |
+    uniform (see AblateHeads). `decode_only`: NIAH, mask during decoding only (the prefill runs unmasked).
+    `draws`: sets of matched random heads; `random_pool`: "layer" (same count per layer) or "any" (same
+    count, any layer). `n_boot` / `n_perm`: bootstrap resamples for the CIs / sign-flip permutations for the
+    p-values. `heads_source`: how the heads were chosen, recorded in the result."""
+
     heads: tuple[HeadId, ...]
     niah: NiahConfig = field(default_factory=NiahConfig)
     mode: str = "zero"

@@ -46,6 +46,13 @@ from .circuits import FinalNormLinear, centered_unembed, ov_scores, qk_self_matc
 
 @dataclass
 class CopySuppressionConfig:
+    """`n_texts` natural-text windows of `seq_len` tokens (from `texts`, else held-out corpus documents).
+    `tokens` / `token_source`: size and pool of the token sample for the OV/QK circuit scores; `k`: their
+    top/bottom-k; `embedding`: "layer0" or "embed" effective embeddings (circuits.py). `min_attention`: top-key
+    weight from which a position counts for `dla_attended`. `heads` (else the `n_candidates` best by
+    ov_suppression) are ablated with `mode`. `ov_min`, `qk_lift_min`, `min_effect`: the copy-suppression
+    criteria. `n_boot`: bootstrap resamples for the CIs."""
+
     n_texts: int = 64
     seq_len: int = 128
     texts: tuple[str, ...] | None = None  # documents (default: held-out corpus documents)

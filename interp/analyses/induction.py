@@ -118,6 +118,13 @@ class PatternRecorder(Intervention):
 
 @dataclass
 class InductionConfig:
+    """`repeated`: the repeated random-token sequences; `tokens`: their token pool. A head is an induction head
+    when its induction score > `threshold` and its OV copying score > `min_copying` (None: attention only),
+    at most `max_heads` of them; previous-token heads: score > `prev_threshold`. The causal check ablates them
+    (or `heads`) with `mode` against `draws` matched random sets. `copy_tokens` / `copy_k` / `embedding`: token
+    sample, k and effective embedding of the OV copying scores. `n_boot` / `n_perm`: bootstrap resamples /
+    permutations."""
+
     repeated: RepeatedConfig = field(default_factory=RepeatedConfig)
     tokens: str | tuple[int, ...] = "auto"  # token pool (sequences and circuits): auto | vocab | corpus | ids
     bos_id: int | None = None  # default: the tokenizer's BOS

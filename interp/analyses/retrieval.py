@@ -95,6 +95,11 @@ class RetrievalRecorder(Intervention):
 
 @dataclass
 class RetrievalConfig:
+    """`niah`: the NIAH grid decoded. `threshold`: retrieval score above which a head is a retrieval head.
+    `only_successful`: average scores over the recalled samples only. `sink_tokens` / `recent_window`: the
+    first real tokens and the last keys whose attention mass makes the streaming score. `sweep`:
+    thresholds at which heads are counted (the result's `sweep`)."""
+
     niah: NiahConfig = field(default_factory=NiahConfig)
     threshold: float = 0.1
     only_successful: bool = True

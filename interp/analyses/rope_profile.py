@@ -30,6 +30,11 @@ STATISTICS = ("q_norm", "k_norm", "qk_norm", "low_share")
 
 @dataclass
 class RopeProfileConfig:
+    """`retrieval_heads`: heads compared with the rest (none: no comparison); `heads_source`: how they were
+    chosen, recorded in the result. `n_texts` corpus passages of `n_tokens` tokens each. `statistic`: the
+    per-head norm statistic, q_norm | k_norm | qk_norm | low_share. `n_perm`: permutations of the
+    layer-clustered permutation test."""
+
     retrieval_heads: tuple[HeadId, ...] = ()
     heads_source: str = "none"
     n_texts: int = 8
@@ -97,6 +102,9 @@ def pair_usage(q: torch.Tensor, k: torch.Tensor, rope) -> torch.Tensor:
 
 
 def run_rope_profile(model, config: RopeProfileConfig) -> RopeProfileResult:
+    """Per-head share of |q.k| carried by each rotary pair and the per-head norm statistic on corpus passages,
+    retrieval heads vs the rest (see module docstring). Raises InvalidInputError for a model without RoPE
+    or retrieval heads outside the model."""
     from .. import stats
     from ..provenance import provenance
     from ..model import pad_left

@@ -32,6 +32,12 @@ from ..types import HeadId
 
 @dataclass
 class RopeZeroConfig:
+    """`heads`: the target heads; `niah`: the NIAH grid of the default task. `band`: which rotary pairs are
+    zeroed (lowest | highest | random frequencies); `doses`: how many per head, counted in `unit` (dims |
+    pairs); `side`: q | k | both (see ZeroRopeDims). `random_draws` random-dim sets and `head_draws` matched
+    head sets per dose; `task_texts` corpus passages of `task_tokens` tokens for the loss control.
+    `n_boot` / `n_perm`: bootstrap resamples / permutations; `heads_source`: recorded in the result."""
+
     heads: tuple[HeadId, ...]
     niah: NiahConfig = field(default_factory=NiahConfig)
     band: str = "lowest"
@@ -128,6 +134,10 @@ def _block(row, metric: str, **extra) -> dict:
 
 def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence | None = None, task=None,
                   progress=None) -> RopeZeroResult:
+    """Zero `config.band` of the target heads' rotary dims at every dose on `task` (default: NIAH from `samples`
+    or `config.niah`), against random-dim, matched-head and corpus-loss controls (see module docstring).
+    Raises InvalidInputError for a model without RoPE, no target heads, an unknown band or a dose it cannot
+    give (an odd number of dims, more pairs than the heads have)."""
     from ..provenance import provenance
 
     rope = require_rope(model.spec)

@@ -83,6 +83,8 @@ class Capture(_SiteBase):
         self.observes_out = any(s.kind == "head_out" for s in self.head_sites)
 
     def bind(self, model):
+        """Called once by `model.intervene(...)` on entry: check every site's layer and head against the
+        model (InvalidInputError) and clear earlier records, so a reused Capture starts a new record."""
         super().bind(model)
         self.clear()  # reusing a Capture starts a new record (old data would be concatenated to the new)
 
@@ -98,12 +100,17 @@ class Capture(_SiteBase):
         return observe
 
     def observe_qkv(self, call, q, k, v):
+        """Called by the attention wrapper after every edit, with the final post-RoPE q, k, v of one attention
+        call: keeps, for this layer's q/k/v sites, [batch, q_len, heads, head_dim] (k, v: the last q_len
+        cache entries, i.e. this call's own positions). Changes nothing."""
         for s in self.head_sites:
             if s.layer == call.layer and s.kind in ("q", "k", "v"):
                 t = {"q": q, "k": k[:, :, -call.q_len:], "v": v[:, :, -call.q_len:]}[s.kind]
                 self._keep(s, call.batch_start, t.transpose(1, 2))
 
     def observe_out(self, call, out):
+        """Called after every `edit_out` with the final per-head output [batch, q_len, n_heads, head_dim] (the
+        o_proj input): keeps it for this layer's head_out sites. Changes nothing."""
         for s in self.head_sites:
             if s.layer == call.layer and s.kind == "head_out":
                 self._keep(s, call.batch_start, out)
@@ -129,6 +136,7 @@ class Capture(_SiteBase):
         return out
 
     def clear(self):
+        """Drop everything recorded so far (the sites stay)."""
         for k in self._store:
             self._store[k] = []
 
@@ -157,6 +165,8 @@ class Patch(_SiteBase):
         self.edits_out = any(s.kind == "head_out" for s in self.head_sites)
 
     def bind(self, model):
+        """Called once by `model.intervene(...)` on entry: check every site's layer and head against the
+        model; raises InvalidInputError for k/v sites (the KV cache would keep the old values)."""
         super().bind(model)
         for s in self.sites:
             if not s.site_kind.patchable:
@@ -202,12 +212,17 @@ class Patch(_SiteBase):
         return edit
 
     def edit_qkv(self, call, q, k, v):
+        """Called by the attention wrapper on every attention call with the post-RoPE q, k, v: returns (q, k, v)
+        with the patch applied to q for this layer's q sites (targeted rows and positions, out of place);
+        k and v unchanged."""
         for s in self.head_sites:
             if s.layer == call.layer and s.kind == "q":
                 q = self._apply(s, q.transpose(1, 2), call.batch_start).transpose(1, 2)
         return q, k, v
 
     def edit_out(self, call, out):
+        """Called after the base attention with the per-head output [batch, q_len, n_heads, head_dim], before
+        the output projection: returns it patched for this layer's head_out sites (out of place)."""
         for s in self.head_sites:
             if s.layer == call.layer and s.kind == "head_out":
                 out = self._apply(s, out, call.batch_start)

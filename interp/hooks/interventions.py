@@ -158,6 +158,9 @@ class AblateHeads(Intervention):
         self.edits_out = mode in ("zero", "mean")
 
     def bind(self, model):
+        """Called once by `model.intervene(...)` on entry: check that every head lies in the model
+        (InvalidInputError) and, for mode="mean", that `means` is given with shape
+        [n_layers, n_heads, head_dim] (InterventionError otherwise)."""
         super().bind(model)
         self._check_heads(self.heads)
         if self.mode == "mean":
@@ -170,12 +173,18 @@ class AblateHeads(Intervention):
                 raise InterventionError(f"means has shape {tuple(self.means.shape)}, expected {want}")
 
     def edit_qkv(self, call, q, k, v):
+        """Called by the attention wrapper (mode="uniform" only) on every attention call with the post-RoPE
+        q [batch, n_heads, q_len, head_dim] and the cached k, v: returns (q, k, v) with the queries of
+        `call.layer`'s listed heads zeroed in the targeted rows (out of place); k and v unchanged."""
         heads = self.by_layer.get(call.layer)
         if heads:
             q = _assign(q, self._row_index(call, q.shape[0]), 1, heads, 0.0)
         return q, k, v
 
     def edit_out(self, call, out):
+        """Called after the base attention (mode="zero"/"mean") with the per-head output `out`
+        [batch, q_len, n_heads, head_dim], before the output projection: returns it with `call.layer`'s
+        listed heads set to 0 or to their means in the targeted rows (out of place)."""
         heads = self.by_layer.get(call.layer)
         if not heads:
             return out
@@ -186,6 +195,7 @@ class AblateHeads(Intervention):
         return _assign(out, self._row_index(call, out.shape[0]), 2, heads, value)
 
     def describe(self):
+        """JSON-able summary: type, rows, heads (as 'L3H1'), mode and `semantics` (what the mode does)."""
         sem = {
             "zero": "per-head output (o_proj input) set to 0",
             "mean": "per-head output (o_proj input) set to its mean over a reference batch",
@@ -213,6 +223,9 @@ class ZeroRopeDims(Intervention):
         self.edits_qkv = True
 
     def bind(self, model):
+        """Called once by `model.intervene(...)` on entry: check the heads, that the model has RoPE and that
+        `dims` lie in its rotary dims (InvalidInputError), and map each layer's query heads to the key heads
+        they read; warns when side="k"/"both" under GQA (other query heads of the group change too)."""
         super().bind(model)
         self._check_heads(self.heads)
         rope = self.spec.rope
@@ -251,6 +264,9 @@ class ZeroRopeDims(Intervention):
         return t.masked_fill(mask, 0.0)
 
     def edit_qkv(self, call, q, k, v):
+        """Called by the attention wrapper on every attention call with the post-RoPE q, k, v: returns
+        (q, k, v) with `dims` of `call.layer`'s listed query heads (side q) and/or of the key heads they
+        read (side k) set to 0 in the targeted rows, out of place; v unchanged."""
         if call.layer not in self.q_by_layer:
             return q, k, v
         if self.side in ("q", "both"):
@@ -260,5 +276,6 @@ class ZeroRopeDims(Intervention):
         return q, k, v
 
     def describe(self):
+        """JSON-able summary: type, rows, heads, dims, side and `semantics`."""
         return {**super().describe(), "heads": [str(h) for h in self.heads], "dims": list(self.dims),
                 "side": self.side, "semantics": "post-RoPE (post-QK-norm) q/k dims set to 0"}

@@ -87,6 +87,8 @@ class AttentionRows(Intervention):
         self._starts: list[int] = []
 
     def bind(self, model):
+        """Called once by `model.intervene(...)` on entry: check `layers` against the model
+        (InvalidInputError) and drop earlier records, so a reused recorder starts a new record."""
         super().bind(model)
         self._calls, self._starts = [], []  # reusing the recorder starts a new record
         if self.layers is not None:
@@ -95,6 +97,9 @@ class AttentionRows(Intervention):
                 raise InvalidInputError(f"layers {bad} outside 0..{self.spec.n_layers - 1}")
 
     def observe_qk(self, call, q, k, v):
+        """Called by the attention wrapper after every edit, with the final post-RoPE q and k of one attention
+        call: for a recorded layer, recomputes the softmax rows of `positions` ([batch, n_heads, n, key_len],
+        fp32) and keeps them; the first recorded layer starts a new step. Changes nothing."""
         if self.layers is not None and call.layer not in self.layers:
             return
         first_layer = self.layers[0] if self.layers is not None else 0

@@ -46,6 +46,12 @@ METRICS = ("logit_diff", "logprob")
 
 @dataclass
 class PatchingConfig:
+    """`sites`: grid sites (resid_pre, resid_post, attn_out, mlp_out, head_out, head_out_by_pos, q, k, v).
+    `direction`: denoising (clean into corrupt) | noising. `metric`: logit_diff | logprob | a callable;
+    `normalize`: (patched - base) / (donor - base), pairs whose gap is below `min_gap` left out. `max_batch`:
+    rows per forward; `reuse_prefix`: start per-position cells from the base run's KV cache. `align`: end |
+    anchor position axis; `positions` / `cells`: only those. `n_boot`: bootstrap resamples for the CIs."""
+
     sites: tuple[str, ...] = ("resid_pre",)
     direction: str = "denoising"
     metric: str | Callable = "logit_diff"

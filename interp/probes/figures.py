@@ -56,6 +56,8 @@ def angles_by_layer(result: dict):
 
 
 def decomposition_by_layer(result: dict):
+    """Stacked bars by site: the shares of variance of h = mean + pos[t] + ctx[seq] + rest held by the
+    position, context (sequence) and remaining parts. Returns a plotly Figure."""
     go, _ = _go()
     x = _x(result)
     fig = go.Figure()

@@ -63,12 +63,16 @@ class CorpusData(TextData):
             raise InvalidInputError("corpus data: at most 10**6 sequences per seed")
 
     def texts(self) -> Iterator[str]:
+        """Yield the `n_sequences` texts lazily: text i is `n_sentences` sentences of its held-out seed
+        (the same texts on every run)."""
         from ..corpus import heldout_seed, make_haystack
 
         for i in range(self.n_sequences):
             yield make_haystack(self.n_sentences, rng=heldout_seed(self.seed * 10**6 + i))
 
     def describe(self) -> dict:
+        """What the data is (kind "corpus", generator, n_sentences, seed, limit = n_sequences); with the
+        sha256 and count from `fingerprint()` it is the store header's `dataset`."""
         return {"kind": "corpus", "generator": "interp.corpus.make_haystack (held-out seeds)",
                 "n_sentences": self.n_sentences, "seed": self.seed, "limit": self.n_sequences}
 

@@ -184,4 +184,7 @@ class ActivationStore:
 
 
 def open_store(path, verify: bool = True, checksum_reads: bool = False) -> ActivationStore:
+    """Open the activation store at `path` (nothing is read until asked; see ActivationStore for `verify` and
+    `checksum_reads`). Raises StoreError when `path` is not a readable store, StoreCorruptError when its
+    manifest or (with verify) a shard file is damaged or missing."""
     return ActivationStore(path, verify=verify, checksum_reads=checksum_reads)

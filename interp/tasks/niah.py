@@ -31,6 +31,11 @@ FIRST_SEED = 1_000_000  # held-out seed range of the organisms' corpus (never us
 
 @dataclass
 class NiahConfig:
+    """The NIAH grid: one prompt per (context length, depth, seed). `context_lengths`: prompt lengths in
+    tokens (at most; whole sentences fill them); `depths`: fraction of the haystack before the needle;
+    `n_seeds` seeds from `first_seed` (held-out corpus seeds). `haystack_file`, `needles_file`, `separator`:
+    user haystack and needles (module docstring). `max_new_tokens`: decode length (default answer + 2)."""
+
     context_lengths: tuple[int, ...] = (512,)
     depths: tuple[float, ...] = DEFAULT_DEPTHS
     n_seeds: int = 4

@@ -22,6 +22,10 @@ TOKEN_SOURCES = ("auto", "vocab", "corpus")
 
 @dataclass
 class RepeatedConfig:
+    """Repeated random-token sequences: for each copy length in `lengths`, `n_seqs` sequences of a random
+    copy repeated `repeats` times (length i seeded `seed + i`); `distinct`: no token twice within a copy;
+    `bos`: prefix the tokenizer's BOS (when the model has one)."""
+
     lengths: tuple[int, ...] = (50,)  # tokens per copy
     n_seqs: int = 32  # sequences per length
     seed: int = 0
