@@ -127,11 +127,30 @@ def load_config(name: str):
     try:
         return AutoConfig.from_pretrained(source, **_hub_kwargs(kind))
     except OSError as e:
+        shipped = shipped_config(name)
+        if shipped is not None:  # an alias whose config.json is not in the HF cache: interp's copy of it
+            return shipped
         if kind == "hub":
             raise _not_found(name, source, e) from None
         raise ModelNotFoundError(f"cannot read the config of {name!r} at {source}: {e}") from None
     except (ValueError, KeyError) as e:  # unknown model_type, a config.json that is not JSON
         raise UnsupportedModelError(_config_refused(name, source, e)) from None
+
+
+def shipped_config(name: str):
+    """The transformers config of an alias from interp's own copy of its public config.json
+    (data/configs/ALIAS.json), or None. Marked `interp_config_source` so results say which was read."""
+    import json
+
+    f = data_dir() / "configs" / f"{name}.json"
+    if name not in HUB_ALIASES or not f.is_file():
+        return None
+    from transformers import AutoConfig
+
+    d = json.loads(f.read_text(encoding="utf-8"))
+    cfg = AutoConfig.for_model(d.pop("model_type"), **d)
+    cfg.interp_config_source = f"interp's copy of {HUB_ALIASES[name]}/config.json ({f.name})"
+    return cfg
 
 
 def _config_refused(name: str, source: str, err: Exception) -> str:
@@ -302,4 +321,6 @@ def spec_from_config(name: str):
         with torch.device("cpu"):
             fresh = type(rotary)(config=config)
         setattr(adapter.body(), adapter.rotary_attr, fresh)
-    return adapter.spec()
+    spec = adapter.spec()
+    spec.extras["config_source"] = getattr(config, "interp_config_source", None) or resolve(name)[1]
+    return spec

@@ -44,13 +44,60 @@ def weights_fingerprint(source: str | None, full_hash_limit: int = 64 << 20) -> 
     return out
 
 
+def interp_git_commit() -> str | None:
+    """The git commit of the interp checkout this code runs from (None when installed, not a checkout)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        return None
+    try:
+        r = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    sha = r.stdout.strip()
+    if r.returncode != 0 or not sha:
+        return None
+    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=5).stdout.strip()
+    return sha + ("+dirty" if dirty else "")
+
+
+def hub_snapshot(source: str | None) -> str | None:
+    """The commit hash of a Hub repo's snapshot in the local HF cache (what from_pretrained read)."""
+    if not source or Path(source).exists() or source.count("/") != 1:
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        p = try_to_load_from_cache(source, "config.json")
+    except Exception:
+        return None
+    parts = Path(p).parts if isinstance(p, str) else ()
+    return parts[parts.index("snapshots") + 1] if "snapshots" in parts else None
+
+
+def device_info(device) -> dict:
+    """torch and CUDA versions, and the GPU's name when the model is on one."""
+    import torch
+
+    out = {"torch": torch.__version__, "cuda": torch.version.cuda}
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return out
+
+
 def provenance(model) -> dict:
     tok = model.tokenizer
     return {
         "model": model.name,
         "source": model.source,
         "architecture": model.spec.architecture,
+        "config_source": getattr(model.hf.config, "interp_config_source", None) or model.source,
+        "hub_snapshot": hub_snapshot(model.source),
         "weights": weights_fingerprint(model.source),
+        "interp_git": interp_git_commit(),
+        "device_info": device_info(model.device),
         "tokenizer": getattr(tok, "name_or_path", None) if tok is not None else None,
         "dtype": str(next(model.hf.parameters()).dtype).replace("torch.", ""),
         "device": str(model.device),
