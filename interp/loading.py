@@ -321,6 +321,9 @@ def spec_from_config(name: str):
         with torch.device("cpu"):
             fresh = type(rotary)(config=config)
         setattr(adapter.body(), adapter.rotary_attr, fresh)
-    spec = adapter.spec()
-    spec.extras["config_source"] = getattr(config, "interp_config_source", None) or resolve(name)[1]
-    return spec
+    return adapter.spec()
+
+
+def config_source(name: str) -> str:
+    """Where `name`'s config is read from: the HF cache / a directory, or interp's shipped copy."""
+    return getattr(load_config(name), "interp_config_source", None) or resolve(name)[1]

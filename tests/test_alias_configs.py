@@ -33,7 +33,7 @@ def test_info_config_only_works_offline_for_every_alias(alias, capsys, monkeypat
             spec["positional"]) == (layers, heads, kv, hd, maxpos, positional)
     if theta is not None:
         assert spec["rope"]["theta"] == theta and spec["rope"]["rotary_dims"] == hd
-    src = spec["extras"]["config_source"]
+    src = json.loads(out)["config_source"]
     assert "interp's copy" in src or "/" in src  # the shipped copy, or the HF cache's own config
 
 
