@@ -84,12 +84,12 @@ def headline(stem: str, d: dict, df):
     if {"quantity", "value"} <= set(df.columns):
         q = PRIMARY.get(stem, df["quantity"].iloc[0] if len(df) else None)
         df = df[df["quantity"] == q].sort_values("value", ascending=False, key=abs).head(HEADLINE_ROWS)
-    elif "metric" in df.columns and isinstance(d.get("metric"), str) and (df["metric"] == d["metric"]).any():
-        df = df[df["metric"] == d["metric"]]
     elif "mean" in df.columns and "condition" not in df.columns and len(df) > HEADLINE_ROWS:  # grid cells
         by = [c for c in ("site", "sender") if c in df.columns]
         top = df.sort_values("mean", ascending=False, key=abs)
         df = top.groupby(by, sort=False).head(HEADLINE_ROWS) if by else top.head(HEADLINE_ROWS)
+    elif "metric" in df.columns and isinstance(d.get("metric"), str) and (df["metric"] == d["metric"]).any():
+        df = df[df["metric"] == d["metric"]]
     df = df.head(TABLE_ROWS)
     keep = [c for c in df.columns if len(df) < 2 or df[c].astype(str).nunique() > 1 or c in ("value", "mean")]
     df = df[keep].copy()
