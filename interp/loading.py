@@ -106,18 +106,29 @@ def resolve(name: str) -> tuple[str, str]:
     return "hub", name
 
 
-def _not_found(name: str, source: str, err: Exception) -> ModelNotFoundError:
+def _not_found(name: str, source: str, err: Exception, revision: str | None = None) -> ModelNotFoundError:
+    rev = f" --revision {revision}" if revision else ""
     return ModelNotFoundError(
-        f"could not load {name!r} ({source}): the weights are not in the local Hugging Face cache and could not be "
-        f"fetched (Hub unreachable or the repo is gated/missing). Download them on a machine with network access "
-        f"(hf download {source} --local-dir DIR) and pass the directory: --model DIR; `interp info --config-only` "
-        f"needs only config.json"
+        f"could not load {name!r} ({source}{'@' + revision if revision else ''}): the weights are not in the local "
+        f"Hugging Face cache and could not be fetched (Hub unreachable or the repo is gated/missing). Download them "
+        f"on a machine with network access (hf download {source}{rev} --local-dir DIR) and pass the directory: "
+        f"--model DIR; `interp info --config-only` needs only config.json"
     )
 
 
-def load_config(name: str):
-    """The transformers config of `name`, without loading weights."""
+def _revision_kw(kind: str, name: str, revision: str | None) -> dict:
+    """from_pretrained's revision= for a Hub id or alias; a revision of anything else is an error."""
+    if revision is None:
+        return {}
+    if kind != "hub":
+        raise InvalidInputError(f"--revision {revision} applies to Hub ids and aliases; {name!r} is a {kind} model")
+    return {"revision": revision}
+
+
+def load_config(name: str, revision: str | None = None):
+    """The transformers config of `name` (at Hub `revision`), without loading weights."""
     kind, source = resolve(name)
+    rev = _revision_kw(kind, name, revision)
     if kind == "random":
         from .tiny import tiny_config
 
@@ -125,13 +136,13 @@ def load_config(name: str):
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(source, **_hub_kwargs(kind))
+        return AutoConfig.from_pretrained(source, **_hub_kwargs(kind), **rev)
     except OSError as e:
-        shipped = shipped_config(name)
+        shipped = shipped_config(name) if revision is None else None
         if shipped is not None:  # an alias whose config.json is not in the HF cache: interp's copy of it
             return shipped
         if kind == "hub":
-            raise _not_found(name, source, e) from None
+            raise _not_found(name, source, e, revision) from None
         raise ModelNotFoundError(f"cannot read the config of {name!r} at {source}: {e}") from None
     except (ValueError, KeyError) as e:  # unknown model_type, a config.json that is not JSON
         raise UnsupportedModelError(_config_refused(name, source, e)) from None
@@ -236,7 +247,7 @@ def _hub_kwargs(kind: str) -> dict:
 
 
 def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | None = None, dtype=None,
-               device_map=None, attn_implementation: str | None = None):
+               device_map=None, attn_implementation: str | None = None, revision: str | None = None):
     """Load a model by alias, local directory or Hub id and return an `interp.Model`.
 
     device: "cpu", "cuda", "cuda:1", "mps"... (default: cuda if available, else cpu). dtype: a torch
@@ -257,6 +268,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
         dtype = torch.float32 if (device is None or device.type == "cpu") else torch.bfloat16
 
     kind, source = resolve(name_or_path)
+    rev = _revision_kw(kind, name_or_path, revision)
     if kind == "random":
         from .tiny import tiny_random_hf
 
@@ -265,14 +277,14 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
         hf = hf.to(device=device, dtype=dtype)
         return Model(hf, None, name=name_or_path, source="interp.tiny")
 
-    config = load_config(name_or_path)
+    config = load_config(name_or_path, revision)
     cls = adapter_class(config.model_type)
     cls.check_config(config)
     impl = attn_implementation or cls.default_attn_implementation_for(config)
     import transformers as tf
 
     auto = tf.AutoModelForCausalLM if cls.causal else tf.AutoModel
-    kw = dict(dtype=dtype, attn_implementation=impl, **_hub_kwargs(kind))
+    kw = dict(dtype=dtype, attn_implementation=impl, **_hub_kwargs(kind), **rev)
     if device_map is not None:
         kw["device_map"] = device_map
     import warnings
@@ -283,7 +295,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
             hf = auto.from_pretrained(source, **kw)
     except OSError as e:
         if kind == "hub":
-            raise _not_found(name_or_path, source, e) from None
+            raise _not_found(name_or_path, source, e, revision) from None
         raise ModelNotFoundError(f"cannot load {name_or_path!r} from {source}: {e}") from None
     except ValueError as e:
         raise UnsupportedModelError(f"transformers refused {name_or_path!r}: {e}") from None
@@ -294,7 +306,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
     for w in caught:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     try:
-        tok = tf.AutoTokenizer.from_pretrained(source, **_hub_kwargs(kind))
+        tok = tf.AutoTokenizer.from_pretrained(source, **_hub_kwargs(kind), **rev)
     except (OSError, ValueError, TypeError):
         tok = None  # weights without tokenizer files: work on token ids; model.tokenize() says so
     if device_map is None:

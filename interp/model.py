@@ -388,7 +388,9 @@ class Model:
         # A full (non-sliding) cache: rows keep absolute key positions on sliding-window layers;
         # the sliding window is applied by the mask, as in a full forward.
         cache = DynamicCache()
-        out = self._call(batch.input_ids, mask, use_cache=True, **{self._cache_kw: cache})
+        # the prefill's logits of the last position only: [batch, T, vocab] would be 10 GB at 32k tokens of a
+        # 150k-token vocabulary in bf16, and decoding reads only the last row
+        out = self._call(batch.input_ids, mask, use_cache=True, logits_to_keep=1, **{self._cache_kw: cache})
         tokens = []
         with self.intervene(*decode_interventions):
             for step in range(max_new_tokens):

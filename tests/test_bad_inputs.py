@@ -70,6 +70,9 @@ CASES = [  # (command line, text the one-line error must contain)
     ("detect retrieval -m /nonexistent/dir NIAH", "no such model directory"),
     ("detect retrieval -m nosuchmodel NIAH", "unknown model 'nosuchmodel'"),
     ("detect retrieval -m minilm-l6 --lengths 256 --depths 0.5 --n-seeds 2", "is an encoder; it cannot decode"),
+    ("detect retrieval --revision main NIAH", "--revision main applies to Hub ids and aliases; 'tiny-qwen2' is a bundled"),
+    ("cache -m tiny-random-qwen2 --revision v1", "'tiny-random-qwen2' is a random model"),
+    ("patch -m qwen2.5-7b --revision abc123", "hf download Qwen/Qwen2.5-7B --revision abc123"),
     ("info -m {ckpt_unknown}", "has model_type 'nosuchtype'"),
     ("info -m {ckpt_truncated}", "damaged or truncated"),
     ("info -m /nonexistent", "no such model directory"),
@@ -186,6 +189,11 @@ CASES = [  # (command line, text the one-line error must contain)
     ("cache --layers x", "--layers must be comma-separated integers"),
     ("probe --sites bogus", "--sites bogus: probe caches the residual stream"),
     ("detect retrieval --bogus-option 1", "No such option: --bogus-option"),
+    ("plan -m qwen2.5-7b --lengths 8192 --device cpu --budget-gib 10", "at batch size 1"),
+    ("plan -m qwen2.5-7b --lengths abc", "comma-separated integers"),
+    ("plan --analysis bogus", "choose from"),
+    ("plan --analysis patch --sites nope", "unknown site"),
+    ("plan -m qwen2.5-7b --lengths 8192 --batch-size 0", "'--batch-size'"),
     ("report /nonexistent", "/nonexistent: no such run folder"),
     ("report {folder}", "holds no interp result file"),
     ("report", "Missing argument"),
@@ -290,7 +298,7 @@ def test_bad_input_exits_2_with_one_line(case, files, capsys, tmp_path):
     text, msg = case
     args = _argv(text, files)
     o = tmp_path / "o"
-    if "--out" not in args and args[0] not in ("info", "organisms", "report"):
+    if "--out" not in args and args[0] not in ("info", "organisms", "report", "plan"):
         args += ["--out", str(o)]
     before = {p: sorted(x.name for x in p.iterdir()) for p in map(Path, files.values()) if len(str(p)) < 512
               and p.is_dir()}
@@ -308,7 +316,7 @@ def test_the_table_covers_every_command_and_is_large():
 
     cmds = {c[0].split()[0] + (" " + c[0].split()[1] if c[0].startswith("detect") else "") for c in CASES}
     wanted = {"detect retrieval", "detect induction", "detect copy-suppression", "ablate", "patch", "rope-zero",
-              "rope-profile", "cache", "probe", "info", "organisms", "report"}
+              "rope-profile", "cache", "probe", "info", "organisms", "report", "plan"}
     assert wanted <= cmds, wanted - cmds
     names = {(c.name or c.callback.__name__).replace("_", "-") for c in app.registered_commands}
     assert names - {"models"} <= {w.split()[0] for w in wanted}, names

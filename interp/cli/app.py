@@ -80,7 +80,9 @@ def info(model: Optional[str] = ModelOpt, as_json: bool = JsonOpt,
     spec = spec_from_config(name) if config_only else load_model(name, device="cpu").spec
     d = spec.to_dict()
     if as_json:
-        typer.echo(dumps({"model": name, "spec": d}, indent=2))
+        from ..loading import config_source
+
+        typer.echo(dumps({"model": name, "config_source": config_source(name), "spec": d}, indent=2))
         return
     from rich.table import Table
 
@@ -101,6 +103,7 @@ def info(model: Optional[str] = ModelOpt, as_json: bool = JsonOpt,
 def _register_analyses():
     from . import head_cmds  # noqa: F401  (adds `detect induction` and `detect copy-suppression` to detect_app)
     from .patch_cmds import patch
+    from .plan_cmds import plan
     from .retrieval_cmds import ablate, detect_app
     from .rope_cmds import rope_profile, rope_zero
     from .store_cmds import cache, probe
@@ -112,6 +115,7 @@ def _register_analyses():
     app.command("rope-profile")(rope_profile)
     app.command("cache")(cache)
     app.command("probe")(probe)
+    app.command("plan")(plan)
 
 
 _register_analyses()

@@ -25,6 +25,8 @@ EXAMPLES = {
     "cache": ["interp cache --model tiny-qwen2 --sites resid,attn_out --out runs/cache",
               "interp cache --model minilm-l6 --data texts.jsonl --store-dtype float16 --out runs/cache-minilm"],
     "probe": ["interp probe --model minilm-l6 --out runs/probe", "interp probe --store runs/cache --no-heads"],
+    "plan": ["interp plan --model qwen2.5-7b --lengths 4096,8192 --model-dtype bf16 --device cpu",
+             "interp plan -m gemma-2-9b --lengths 8192 --analysis detect --batch-size 4 --budget-gib 80 --json"],
     "report": ["interp report runs/demo", "interp report runs/*/"],
     "organisms": ["interp organisms eval tiny-qwen2", "interp organisms build tiny-llama --threads 2"],
 }

@@ -1,0 +1,84 @@
+"""`interp plan`: the memory planner (interp.memory) on a model's config, before any run."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from ..errors import InvalidInputError
+from .common import dumps, finite, parse_ints
+
+_PARTS = ("weights", "kv_cache", "activations", "logits", "attention_rows", "clean_cache", "peak")
+
+
+def plan(model: Optional[str] = typer.Option(None, "--model", "-m", help="Alias (see `interp models`), local "
+                                             "checkpoint dir, or Hub id: only its config is read."),
+         lengths: str = typer.Option("4096", "--lengths", help="Prompt lengths in tokens, comma-separated."),
+         batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="Check this batch size "
+                                                  "(default: auto, the largest that fits the budget)."),
+         max_batch: int = typer.Option(512, "--max-batch", min=1, help="Upper bound of the auto batch size "
+                                       "(e.g. the number of prompts)."),
+         analysis: str = typer.Option("ablate", "--analysis", help="detect, ablate, patch or cache: which "
+                                      "logits, attention rows and cached sites the run keeps."),
+         sites: Optional[str] = typer.Option(None, "--sites", help="Sites whose activations are held (patch: the "
+                                             "clean caches, default resid_pre; cache: default resid)."),
+         new_tokens: int = typer.Option(0, "--new-tokens", min=0, help="Decoded tokens (the KV cache spans "
+                                        "length + new tokens)."),
+         budget_gib: Optional[float] = typer.Option(None, "--budget-gib", min=0.0, callback=finite,
+                                                    help="Memory budget in GiB (default: 0.9 x the device's "
+                                                    "free memory)."),
+         device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:1, ... whose free memory "
+                                              "is the budget (default: cuda if available)."),
+         model_dtype: Optional[str] = typer.Option(None, "--model-dtype", help="float32, bfloat16, float16 "
+                                                   "(default: float32 on CPU, bf16 on CUDA)."),
+         as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout.")):
+    """Estimate peak memory per prompt length (weights, KV cache, activations, logits, attention rows, clean
+    caches) from the config alone, and the batch size that fits; refuses when batch 1 does not fit."""
+    from ..loading import resolve_device
+    from ..memory import ANALYSES, SAFETY, default_budget, estimate, gib, pick_batch_size
+
+    from .app import _default_model
+
+    if analysis not in ANALYSES:
+        raise InvalidInputError(f"--analysis {analysis!r}: choose from {', '.join(ANALYSES)}")
+    name = model or _default_model()
+    lens = parse_ints(lengths, "--lengths")
+    if min(lens) < 1:
+        raise InvalidInputError(f"--lengths must be positive, got {lengths!r}")
+    dev = resolve_device(device)
+    dtype = model_dtype or ("float32" if dev.type == "cpu" else "bfloat16")
+    budget = int(budget_gib * 2 ** 30) if budget_gib is not None else default_budget(dev)
+    kw = dict(new_tokens=new_tokens, sites=tuple(s.strip() for s in sites.split(",") if s.strip())
+              if sites else None)
+    picked = batch_size or pick_batch_size(budget, name, lens, dtype, analysis, max_batch, **kw)
+    plans = estimate(name, lens, picked, dtype, analysis, **kw)
+    worst = max(plans, key=lambda p: p.peak)
+    if worst.peak > budget:
+        raise InvalidInputError(f"batch size {picked} at {worst.length} tokens needs {worst.peak} bytes "
+                                f"({gib(worst.peak)}); the budget is {budget} bytes ({gib(budget)}). The largest "
+                                f"batch that fits: {pick_batch_size(budget, name, lens, dtype, analysis, **kw)}")
+    result = {"model": name, "analysis": analysis, "dtype": worst.dtype, "device": str(dev), "budget": budget,
+              "budget_source": "--budget-gib" if budget_gib is not None else f"{SAFETY} x free memory of {dev}",
+              "batch_size": picked,
+              "batch_size_source": "--batch-size" if batch_size else f"auto (at most --max-batch {max_batch})",
+              "n_params": worst.n_params, "plans": [p.to_dict() for p in plans]}
+    if as_json:
+        typer.echo(dumps(result, indent=2))
+        return
+    from rich.table import Table
+
+    from .common import console
+
+    t = Table(title=f"{name}: {analysis}, {worst.dtype}, batch {picked} "
+                    f"({'auto' if batch_size is None else 'given'}), budget {gib(budget)}")
+    t.add_column("length")
+    for part in _PARTS:
+        t.add_column(part, justify="right")
+    for p in plans:
+        d = p.to_dict()
+        t.add_row(str(p.length), *(gib(d[part]) for part in _PARTS))
+    console().print(t)
+    console().print(f"{worst.n_params:,} parameters; batch size {picked}", highlight=False)
+    for note in dict.fromkeys(n for p in plans for n in p.notes):
+        console().print(f"note: {note}", highlight=False)
