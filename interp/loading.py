@@ -129,10 +129,10 @@ def load_config(name: str, revision: str | None = None):
     """The transformers config of `name` (at Hub `revision`), without loading weights."""
     kind, source = resolve(name)
     rev = _revision_kw(kind, name, revision)
-    if kind == "random":
-        from .tiny import tiny_config
+    if kind == "random":  # the same config load_model builds: GQA where the family has it
+        from .tiny import GQA_FAMILIES, tiny_config
 
-        return tiny_config(source)
+        return tiny_config(source, gqa=source in GQA_FAMILIES)
     from transformers import AutoConfig
 
     try:
@@ -272,7 +272,9 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
     if kind == "random":
         from .tiny import tiny_random_hf
 
-        hf = tiny_random_hf(source, gqa=source in ("llama", "qwen2", "mistral", "gemma2", "olmo2"),
+        from .tiny import GQA_FAMILIES
+
+        hf = tiny_random_hf(source, gqa=source in GQA_FAMILIES,
                             attn_implementation=attn_implementation)
         hf = hf.to(device=device, dtype=dtype)
         return Model(hf, None, name=name_or_path, source="interp.tiny")

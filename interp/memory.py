@@ -93,14 +93,9 @@ _GEOMETRY: dict = {}
 
 
 def _config(name: str):
-    """load_config, except for tiny-random-* aliases: the GQA config load_model builds for the GQA families
-    (load_config returns their MHA variant)."""
-    from .loading import load_config, resolve
-    from .tiny import GQA_FAMILIES, tiny_config
+    """The config of a model name (load_config: only config.json is read)."""
+    from .loading import load_config
 
-    kind, source = resolve(name)
-    if kind == "random":
-        return tiny_config(source, gqa=source in GQA_FAMILIES)
     return load_config(name)
 
 

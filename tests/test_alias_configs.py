@@ -65,3 +65,11 @@ def test_provenance_records_code_and_device(tmp_path):
         assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", p["interp_git"]), p["interp_git"]
     assert p["device_info"]["torch"] and "cuda" in p["device_info"] and p["hub_snapshot"] is None
     assert p["weights"] and p["config_source"]
+
+
+@pytest.mark.parametrize("family", ["qwen2", "llama", "gpt2"])
+def test_config_only_spec_equals_the_loaded_models_spec_for_tiny_randoms(family):
+    import interp
+
+    name = f"tiny-random-{family}"
+    assert interp.spec_from_config(name) == interp.load_model(name).spec
