@@ -22,6 +22,7 @@ HUB_ALIASES = {
     "gpt2": "openai-community/gpt2",
 }
 DEFAULT_MODEL = "tiny-qwen2"
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # accelerate's big-model strategies
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
 
@@ -247,13 +248,17 @@ def _hub_kwargs(kind: str) -> dict:
 
 
 def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | None = None, dtype=None,
-               device_map=None, attn_implementation: str | None = None, revision: str | None = None):
+               device_map=None, attn_implementation: str | None = None, revision: str | None = None,
+               max_memory: dict | None = None, offload_folder: str | None = None):
     """Load a model by alias, local directory or Hub id and return an `interp.Model`.
 
     device: "cpu", "cuda", "cuda:1", "mps"... (default: cuda if available, else cpu). dtype: a torch
-    dtype or its name (default float32 on CPU, bfloat16 on CUDA). device_map is passed to
-    transformers (e.g. "auto" to shard a large model). attn_implementation overrides the adapter's
-    default (sdpa; eager for Gemma-2's softcap).
+    dtype or its name (default float32 on CPU, bfloat16 on CUDA). device_map (accelerate's big-model
+    loading: "auto", "balanced", "balanced_low_0", "sequential" or a {module: device} dict, "disk"
+    included), `max_memory` ({0: "20GiB", "cpu": "60GiB"}) and `offload_folder` (for layers offloaded to
+    disk; default: a temporary folder) are passed to transformers; interventions apply to layers on any
+    device or offloaded (accelerate's hooks run around the same attention call). attn_implementation
+    overrides the adapter's default (sdpa; eager for Gemma-2's softcap).
     """
     from .adapters import adapter_class
     from .model import Model
@@ -262,18 +267,27 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
         if dtype not in DTYPES:
             raise InvalidInputError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
         dtype = DTYPES[dtype]
-    if device is not None or device_map is None:
+    if device is not None and device_map is not None:
+        raise InvalidInputError("give a device or a device map, not both (--device or --device-map)")
+    if max_memory is not None and device_map is None:
+        raise InvalidInputError("max_memory needs a device map (--device-map auto|balanced|...)")
+    if device_map is None:
         device = resolve_device(device)
+    elif isinstance(device_map, str) and device_map not in DEVICE_MAPS:
+        raise InvalidInputError(f"unknown device map {device_map!r}; valid: {', '.join(DEVICE_MAPS)} (or a dict)")
+    if dtype is None and device_map is not None:
+        dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
     if dtype is None:
         dtype = torch.float32 if (device is None or device.type == "cpu") else torch.bfloat16
 
     kind, source = resolve(name_or_path)
     rev = _revision_kw(kind, name_or_path, revision)
     if kind == "random":
-        from .tiny import tiny_random_hf
+        from .tiny import GQA_FAMILIES, tiny_random_hf
 
-        from .tiny import GQA_FAMILIES
-
+        if device_map is not None:
+            raise InvalidInputError(f"a device map needs a checkpoint (a directory, alias or Hub id); {name_or_path!r} "
+                                    "is built in memory: use --device")
         hf = tiny_random_hf(source, gqa=source in GQA_FAMILIES,
                             attn_implementation=attn_implementation)
         hf = hf.to(device=device, dtype=dtype)
@@ -288,7 +302,12 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
     auto = tf.AutoModelForCausalLM if cls.causal else tf.AutoModel
     kw = dict(dtype=dtype, attn_implementation=impl, **_hub_kwargs(kind), **rev)
     if device_map is not None:
+        import tempfile
+
         kw["device_map"] = device_map
+        kw["offload_folder"] = offload_folder or tempfile.mkdtemp(prefix="interp-offload-")
+        if max_memory is not None:
+            kw["max_memory"] = max_memory
     import warnings
 
     try:

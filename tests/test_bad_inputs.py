@@ -86,6 +86,11 @@ CASES = [  # (command line, text the one-line error must contain)
     ("patch --device bogus", "unknown device 'bogus'"),
     ("cache --device xla", "not supported by interp"),
     ("detect retrieval --model-dtype float8 NIAH", "unknown dtype 'float8'"),
+    ("ablate --heads L0H0 --device-map bogus NIAH", "unknown device map 'bogus'"),
+    ("ablate --heads L0H0 --device cpu --device-map auto NIAH", "give a device or a device map, not both"),
+    ("ablate --heads L0H0 --max-memory cpu=1GiB NIAH", "max_memory needs a device map"),
+    ("patch --device-map auto --max-memory lots", "write DEVICE=SIZE pairs"),
+    ("cache -m tiny-random-qwen2 --device-map auto", "a device map needs a checkpoint"),
     ("cache --model-dtype bogus", "unknown dtype 'bogus'"),
     ("cache --store-dtype int8", "store dtype 'int8'"),
     # --- counts and numbers out of range (click ranges: never read as `x or default`) ---

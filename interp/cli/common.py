@@ -88,6 +88,25 @@ def parse_escapes(text: str, what: str = "--separator") -> str:
     return re.sub(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|.?)", one, text, flags=re.S)
 
 
+def parse_max_memory(text: str | None) -> dict | None:
+    """--max-memory "0=20GiB,1=20GiB,cpu=60GiB" -> {0: "20GiB", 1: "20GiB", "cpu": "60GiB"} (accelerate's form)."""
+    import re
+
+    if text is None:
+        return None
+    out = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        m = re.fullmatch(r"(cpu|disk|mps|cuda:\d+|\d+)=(\d+(?:\.\d+)?\s*(?:[KMGT]i?B))", part, re.I)
+        if m is None:
+            raise InvalidInputError(f"--max-memory {text!r}: write DEVICE=SIZE pairs, e.g. 0=20GiB,cpu=60GiB")
+        key = m.group(1).lower()
+        key = int(key.split(":")[-1]) if key.split(":")[-1].isdigit() else key
+        out[key] = m.group(2).replace(" ", "")
+    if not out:
+        raise InvalidInputError("--max-memory is empty")
+    return out
+
+
 def niah_config(lengths: str, depths: str, seeds: int, haystack, needles, separator: str, max_new_tokens,
                 paired: bool = False):
     """The NIAH grid of the options; `paired` (an experiment comparing conditions) needs >= 2 prompts."""

@@ -8,7 +8,7 @@ import typer
 
 from ..errors import InvalidInputError
 from .common import dumps, finite, unit_interval, final_path, out_dir, parse_ints, progress_bar, write_json, write_table
-from .retrieval_cmds import REVISION, BATCH, DEVICE, DTYPE, JSON, MODEL, OUT, OVERWRITE, _model, detect_app, model_label
+from .retrieval_cmds import REVISION, DEVICE_MAP, MAX_MEMORY, BATCH, DEVICE, DTYPE, JSON, MODEL, OUT, OVERWRITE, _model, detect_app, model_label
 
 SEED = typer.Option(0, "--seed", help="Seed of the random tokens / texts, token samples, control draws, bootstrap.")
 MODE = typer.Option("zero", "--mode", help="Ablation: zero | mean | uniform.")
@@ -23,12 +23,12 @@ def _heads(text):
     return None if not text else tuple(as_heads(text))
 
 
-def _run(model, device, model_dtype, revision, out, overwrite: bool, command: str, steps, analyse, printer,
+def _run(model, device, model_dtype, revision, device_map, max_memory, out, overwrite: bool, command: str, steps, analyse, printer,
          as_json: bool) -> None:
     """Load, run `analyse(model, advance)` under a progress bar of `steps(model)` steps, write <command>.json
     and its table (the figures and index.html come from them when the run is committed), report."""
     o = out_dir(out, command, model_label(model), overwrite=overwrite)
-    m = _model(model, device, model_dtype, revision)
+    m = _model(model, device, model_dtype, revision, device_map, max_memory)
     prog, advance = progress_bar(steps(m), command)
     with prog:
         res = analyse(m, advance)
@@ -64,7 +64,8 @@ def detect_induction(model: Optional[str] = MODEL,
                      sweep: bool = typer.Option(False, "--sweep", help="Also ablate every head alone (one pass per "
                                                 "head): per-head change of the second-copy loss."),
                      embedding: str = EMBEDDING, seed: int = SEED, n_boot: int = N_BOOT, batch_size: int = BATCH,
-                     device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
+                     device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, device_map: Optional[str] = DEVICE_MAP,
+          max_memory: Optional[str] = MAX_MEMORY, model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
                      overwrite: bool = OVERWRITE,
                      as_json: bool = JSON):
     """Induction, previous-token and duplicate-token scores on repeated random tokens; OV copying; ablation of
@@ -78,7 +79,7 @@ def detect_induction(model: Optional[str] = MODEL,
                           tokens=tokens, threshold=threshold, min_copying=min_copying, max_heads=max_heads,
                           heads=_heads(heads), mode=mode, draws=draws, seed=seed, batch_size=batch_size,
                           copy_tokens=copy_tokens, embedding=embedding, n_boot=n_boot, n_perm=n_boot, sweep=sweep)
-    _run(model, device, model_dtype, revision, out, overwrite, "induction",
+    _run(model, device, model_dtype, revision, device_map, max_memory, out, overwrite, "induction",
          lambda m: len(cfg.repeated.lengths) + 3 + draws + (m.spec.n_layers if sweep else 0),
          lambda m, advance: detect_induction_heads(m, cfg, progress=advance), _print_induction,
          as_json)
@@ -132,7 +133,8 @@ def detect_copy_suppression_cmd(model: Optional[str] = MODEL,
                                                                     "the best candidates by OV suppression)."),
                                 candidates: int = typer.Option(3, "--candidates", min=0, help="Candidates to ablate."),
                                 mode: str = MODE, embedding: str = EMBEDDING, seed: int = SEED, n_boot: int = N_BOOT,
-                                batch_size: int = BATCH, device: Optional[str] = DEVICE, revision: Optional[str] = REVISION,
+                                batch_size: int = BATCH, device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, device_map: Optional[str] = DEVICE_MAP,
+          max_memory: Optional[str] = MAX_MEMORY,
                                 model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
                                 overwrite: bool = OVERWRITE, as_json: bool = JSON):
     """Copy-suppression heads: OV self-suppression, QK matching of predicted tokens, direct logit effect on attended
@@ -145,7 +147,7 @@ def detect_copy_suppression_cmd(model: Optional[str] = MODEL,
                                 tokens=circuit_tokens, token_source=tokens, k=k, embedding=embedding,
                                 min_attention=min_attention,
                                 heads=_heads(heads), n_candidates=candidates, mode=mode, n_boot=n_boot)
-    _run(model, device, model_dtype, revision, out, overwrite, "copy-suppression", lambda m: 1 + n_texts,
+    _run(model, device, model_dtype, revision, device_map, max_memory, out, overwrite, "copy-suppression", lambda m: 1 + n_texts,
          lambda m, advance: detect_copy_suppression(m, cfg, progress=advance),
          _print_copy_suppression, as_json)
 

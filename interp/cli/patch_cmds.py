@@ -8,7 +8,7 @@ import typer
 
 from ..errors import InvalidInputError
 from .common import dumps, final_path, out_dir, parse_ints, progress_bar, write_json, write_table
-from .retrieval_cmds import REVISION, DEVICE, DTYPE, JSON, MODEL, OUT, OVERWRITE, _model, model_label
+from .retrieval_cmds import REVISION, DEVICE_MAP, MAX_MEMORY, DEVICE, DTYPE, JSON, MODEL, OUT, OVERWRITE, _model, model_label
 
 TASKS = ("niah", "repeated")
 
@@ -70,7 +70,8 @@ def patch(model: Optional[str] = MODEL,
                                          "|estimate| per site."),
           verify_sample: int = typer.Option(20, "--verify-sample", min=0, help="atp*: ... and of this many random other "
                                             "cells."),
-          device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
+          device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, device_map: Optional[str] = DEVICE_MAP,
+          max_memory: Optional[str] = MAX_MEMORY, model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
           overwrite: bool = OVERWRITE, as_json: bool = JSON, csv: bool = typer.Option(False, "--csv", help="Print the tidy table on stdout.")):
     """Activation patching: every cell of the grid, many cells per forward pass (equal to one pass per cell)."""
     from ..patching import PatchingConfig, run_patching
@@ -83,10 +84,10 @@ def patch(model: Optional[str] = MODEL,
     if method not in ("exact", "path") + ATP_METHODS:
         raise InvalidInputError(f"--method {method!r}: valid methods are exact, {', '.join(ATP_METHODS)}, path")
     if method == "path":
-        return _path(model, device, model_dtype, revision, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders,
+        return _path(model, device, model_dtype, revision, device_map, max_memory, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders,
                      receivers, via, out, overwrite, as_json)
     o = out_dir(out, "patch", model_label(model), overwrite=overwrite)  # staged: the files reach --out when the command succeeds
-    m = _model(model, device, model_dtype, revision)
+    m = _model(model, device, model_dtype, revision, device_map, max_memory)
     ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed)
     prog, advance = progress_bar(None, "patching rows")
     with prog:
@@ -112,7 +113,7 @@ def patch(model: Optional[str] = MODEL,
         _print(d, o)
 
 
-def _path(model, device, model_dtype, revision, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders, receivers, via,
+def _path(model, device, model_dtype, revision, device_map, max_memory, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders, receivers, via,
           out, overwrite, as_json) -> None:
     from ..patching.path import VIAS, run_path_patching
     from ..types import as_heads
@@ -123,7 +124,7 @@ def _path(model, device, model_dtype, revision, pairs, task, lengths, depths, se
         raise InvalidInputError("--method path needs --senders, e.g. --senders L0H0")
     snd, rcv = as_heads(senders), as_heads(receivers or "")
     o = out_dir(out, "patch", model_label(model), overwrite=overwrite)
-    m = _model(model, device, model_dtype, revision)
+    m = _model(model, device, model_dtype, revision, device_map, max_memory)
     ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed)
     res = run_path_patching(m, ps, snd, rcv, via=via, config=cfg)
     d = res.to_dict()

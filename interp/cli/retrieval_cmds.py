@@ -23,6 +23,9 @@ SEPARATOR = typer.Option("\\n", "--separator", help="Inserted between haystack a
 MAX_NEW = typer.Option(None, "--max-new-tokens", min=1, help="Greedy tokens to decode (default: answer length + 2).")
 BATCH = typer.Option(8, "--batch-size", min=1, help="Prompts per forward pass.")
 REVISION = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit) of a Hub id or alias.")
+DEVICE_MAP = typer.Option(None, "--device-map", help="Spread the model over devices with accelerate: auto | "
+                          "balanced | balanced_low_0 | sequential (instead of --device; layers may go to CPU/disk).")
+MAX_MEMORY = typer.Option(None, "--max-memory", help="With --device-map: memory per device, e.g. 0=20GiB,1=20GiB,cpu=60GiB.")
 DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:1, ... (default: cuda if available).")
 DTYPE = typer.Option(None, "--model-dtype", help="float32, bfloat16, float16 (default: float32 on CPU, bf16 on CUDA).")
 OUT = typer.Option(None, "--out", "-o", help="Output directory (default: runs/<command>-<model>-<time>).")
@@ -31,10 +34,12 @@ OVERWRITE = typer.Option(False, "--overwrite", help="Replace the run already in 
 THRESHOLD = typer.Option(0.1, "--threshold", callback=finite, help="Retrieval-score threshold for a retrieval head.")
 
 
-def _model(name, device, dtype, revision=None):
+def _model(name, device, dtype, revision=None, device_map=None, max_memory=None):
     from ..loading import load_model
+    from .common import parse_max_memory
 
-    return load_model(model_label(name), device=device, dtype=dtype, revision=revision)
+    return load_model(model_label(name), device=device, dtype=dtype, revision=revision, device_map=device_map,
+                      max_memory=parse_max_memory(max_memory))
 
 
 def model_label(name) -> str:
@@ -97,12 +102,13 @@ def detect_retrieval(model: Optional[str] = MODEL, lengths: str = LENGTHS, depth
                                                       "only those answered correctly (the original's choice)."),
                      sink: int = typer.Option(4, "--sink", min=0, help="Sink tokens for the streaming score."),
                      recent: int = typer.Option(64, "--recent", min=0, help="Recent window for the streaming score."),
-                     batch_size: int = BATCH, device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, model_dtype: Optional[str] = DTYPE,
+                     batch_size: int = BATCH, device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, device_map: Optional[str] = DEVICE_MAP,
+          max_memory: Optional[str] = MAX_MEMORY, model_dtype: Optional[str] = DTYPE,
                      out: Optional[str] = OUT, overwrite: bool = OVERWRITE, as_json: bool = JSON):
     """Wu et al. retrieval scores per query head from NIAH decoding (plus a streaming score)."""
     niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
     o = out_dir(out, "retrieval", model_label(model), overwrite=overwrite)
-    m = _model(model, device, model_dtype, revision)
+    m = _model(model, device, model_dtype, revision, device_map, max_memory)
     niah_for_model(m, niah)
     res, samples = _detect(m, niah, threshold, all_samples, batch_size, sink, recent)
     _write_detection(res, samples, m, o)
@@ -221,7 +227,8 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
            lengths: str = LENGTHS, depths: str = DEPTHS, seeds: int = SEEDS, haystack: Optional[str] = HAYSTACK,
            needles: Optional[str] = NEEDLES, separator: str = SEPARATOR, max_new_tokens: Optional[int] = MAX_NEW,
            threshold: float = THRESHOLD, prompts: Optional[str] = PROMPTS, metric: str = METRIC,
-           batch_size: int = BATCH, device: Optional[str] = DEVICE, revision: Optional[str] = REVISION,
+           batch_size: int = BATCH, device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, device_map: Optional[str] = DEVICE_MAP,
+          max_memory: Optional[str] = MAX_MEMORY,
            model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, overwrite: bool = OVERWRITE, as_json: bool = JSON,
            csv: bool = CSV):
     """Mask heads on NIAH (or your --prompts); compare with baseline and matched random heads (paired CIs,
@@ -239,7 +246,7 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
     niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens,
                        paired=prompts is None)
     o = out_dir(out, "ablate", model_label(model), overwrite=overwrite)
-    m = _model(model, device, model_dtype, revision)
+    m = _model(model, device, model_dtype, revision, device_map, max_memory)
     task = prompt_task(m, prompts, metric)
     if task is None:  # the NIAH grid is only built when no --prompts are given
         niah_for_model(m, niah)

@@ -8,7 +8,7 @@ import typer
 
 from ..errors import InvalidInputError
 from .common import dumps, final_path, niah_config, niah_for_model, out_dir, parse_ints, progress_bar, write_json, write_table
-from .retrieval_cmds import (REVISION, OVERWRITE, BATCH, DEPTHS, DEVICE, DTYPE, HAYSTACK, JSON, LENGTHS, MAX_NEW, MODEL, NEEDLES, OUT,
+from .retrieval_cmds import (REVISION, DEVICE_MAP, MAX_MEMORY, OVERWRITE, BATCH, DEPTHS, DEVICE, DTYPE, HAYSTACK, JSON, LENGTHS, MAX_NEW, MODEL, NEEDLES, OUT,
                              SEEDS, SEPARATOR, THRESHOLD, CSV, HEADS_HELP, METRIC, PROMPTS, _model, inherit_grid, model_label, prompt_task, resolve_target_heads,
                              write_task_prompts)
 
@@ -28,7 +28,8 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
               lengths: str = LENGTHS, depths: str = DEPTHS, seeds: int = SEEDS, haystack: Optional[str] = HAYSTACK,
               needles: Optional[str] = NEEDLES, separator: str = SEPARATOR, max_new_tokens: Optional[int] = MAX_NEW,
               threshold: float = THRESHOLD, prompts: Optional[str] = PROMPTS, metric: str = METRIC,
-              batch_size: int = BATCH, device: Optional[str] = DEVICE, revision: Optional[str] = REVISION,
+              batch_size: int = BATCH, device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, device_map: Optional[str] = DEVICE_MAP,
+          max_memory: Optional[str] = MAX_MEMORY,
               model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, overwrite: bool = OVERWRITE,
               as_json: bool = JSON, csv: bool = CSV):
     """Zero a RoPE frequency band in heads: dose-response of NIAH recall (or your --prompts metric) with dim,
@@ -50,7 +51,7 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
     niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens,
                        paired=prompts is None)
     o = out_dir(out, "rope-zero", model_label(model), overwrite=overwrite)
-    m = _model(model, device, model_dtype, revision)
+    m = _model(model, device, model_dtype, revision, device_map, max_memory)
     rope = require_rope(m.spec)
     for d in doses:  # every dose is checked before any detection or decoding
         n_pairs_of(d, unit, rope)
@@ -108,7 +109,8 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
                  n_tokens: int = typer.Option(256, "--n-tokens", min=2, help="Tokens per passage."),
                  seed: int = typer.Option(0, "--seed"), lengths: str = LENGTHS, depths: str = DEPTHS,
                  seeds: int = SEEDS, threshold: float = THRESHOLD, batch_size: int = BATCH,
-                 device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
+                 device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, device_map: Optional[str] = DEVICE_MAP,
+          max_memory: Optional[str] = MAX_MEMORY, model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
                  overwrite: bool = OVERWRITE, as_json: bool = JSON):
     """Per-head, per-frequency-pair share of the q.k logit magnitude; a q/k norm statistic, retrieval vs other heads."""
     from ..analyses.rope_profile import STATISTICS, RopeProfileConfig, run_rope_profile
@@ -118,7 +120,7 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
         raise InvalidInputError(f"--statistic {statistic!r}: valid are {', '.join(STATISTICS)}")
     niah = niah_config(lengths, depths, seeds, None, None, "\\n", None)
     o = out_dir(out, "rope-profile", model_label(model), overwrite=overwrite)
-    m = _model(model, device, model_dtype, revision)
+    m = _model(model, device, model_dtype, revision, device_map, max_memory)
     require_rope(m.spec)
     target, source, _ = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed)
     cfg = RopeProfileConfig(retrieval_heads=tuple(target), heads_source=source, n_texts=n_texts, n_tokens=n_tokens,

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .retrieval_cmds import REVISION
+from .retrieval_cmds import DEVICE_MAP, MAX_MEMORY, REVISION
 from .common import dumps, out_dir, parse_ints, progress_bar, write_json, write_table
 
 MODEL = typer.Option(None, "--model", "-m", help="Alias, checkpoint dir or Hub id with a tokenizer (default: the "
@@ -36,12 +36,15 @@ def _default_text_model() -> str:
                             f"minilm-l6 is not installed; pass --model")
 
 
-def _load(name: Optional[str], device, dtype, revision=None):
+def _load(name: Optional[str], device, dtype, revision=None, device_map=None, max_memory=None):
     from ..loading import load_model
 
     from .retrieval_cmds import _model_name
 
-    return load_model(_model_name(name, _default_text_model), device=device, dtype=dtype, revision=revision)
+    from .common import parse_max_memory
+
+    return load_model(_model_name(name, _default_text_model), device=device, dtype=dtype, revision=revision,
+                      device_map=device_map, max_memory=parse_max_memory(max_memory))
 
 
 def _data(data: Optional[str], n: Optional[int], text_key: str, seed: int = 0):
@@ -75,7 +78,8 @@ def cache(model: Optional[str] = MODEL,
           text_key: str = typer.Option("text", "--text-key", help="Field holding the text in a .jsonl file."),
           seed: int = typer.Option(0, "--seed", min=0, max=899, help="Corpus generator seed (0..899)."),
           overwrite: bool = typer.Option(False, "--overwrite", help="Replace a store written with other settings."),
-          device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, model_dtype: Optional[str] = MODEL_DTYPE, as_json: bool = JSON):
+          device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, device_map: Optional[str] = DEVICE_MAP,
+          max_memory: Optional[str] = MAX_MEMORY, model_dtype: Optional[str] = MODEL_DTYPE, as_json: bool = JSON):
     """Run a model over a dataset and stream activations of many sites to a memory-mapped store on disk."""
     from ..store import CacheConfig
 
@@ -83,7 +87,7 @@ def cache(model: Optional[str] = MODEL,
                       layers=parse_ints(layers, "--layers") if layers else None, max_length=max_length,
                       batch_size=batch_size, shard_sequences=shard_size, dtype=dtype)
     d = _data(data, n_sequences, text_key, seed)
-    m = _load(model, device, model_dtype, revision)
+    m = _load(model, device, model_dtype, revision, device_map, max_memory)
     store = _cache(m, d, Path(out), cfg, overwrite)
     summary = {"store": str(store.path), "model": m.name, "sites": store.sites, "n_tokens": store.n_tokens,
                "n_sequences": store.n_sequences, "shards": len(store.shards), "complete": store.complete}
@@ -108,7 +112,8 @@ def probe(model: Optional[str] = MODEL,
           heads: bool = typer.Option(True, "--heads/--no-heads", help="Classify heads (needs the model)."),
           text_key: str = typer.Option("text", "--text-key", help="Field holding the text in a .jsonl file."),
           seed: int = typer.Option(0, "--seed", help="Seed of the splits, shuffles and prompts."),
-          device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, model_dtype: Optional[str] = MODEL_DTYPE,
+          device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, device_map: Optional[str] = DEVICE_MAP,
+          max_memory: Optional[str] = MAX_MEMORY, model_dtype: Optional[str] = MODEL_DTYPE,
           out: Optional[str] = typer.Option(None, "--out", "-o", help="Output directory (default: "
                                             "runs/probe-<model>-<time>)."),
           overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run already in --out."),
@@ -125,13 +130,13 @@ def probe(model: Optional[str] = MODEL,
         if data is not None or n_sequences is not None:
             raise InvalidInputError("--data/--n-sequences describe what to cache; with --store the store's data is used")
         st = open_store(store)
-        m = _load(model or st.model.get("name"), device, model_dtype, revision) if (model or heads) else None
+        m = _load(model or st.model.get("name"), device, model_dtype, revision, device_map, max_memory) if (model or heads) else None
         if m is not None:
             st.check_model(m)
         o = out_dir(out, "probe", (m.name if m else st.model.get("name")) or "store", staged=False,
                     overwrite=overwrite)
     else:
-        m = _load(model, device, model_dtype, revision)
+        m = _load(model, device, model_dtype, revision, device_map, max_memory)
         d = _data(data, n_sequences, text_key, seed)
         ccfg = CacheConfig(sites=("resid",), max_length=max_length, batch_size=batch_size)
         if pcfg.sites:  # checked against what will be cached, before any caching
