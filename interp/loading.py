@@ -336,13 +336,17 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
 
 
 def spec_from_config(name: str):
-    """ModelSpec from the config alone: the model is built on the meta device (no weights, no RAM),
-    and its rotary module is materialised on CPU to read the scaled frequencies."""
+    """ModelSpec from the config alone (see `meta_adapter`)."""
+    return meta_adapter(load_config(name)).spec()
+
+
+def meta_adapter(config):
+    """The adapter of a model built from `config` on the meta device (no weights, no RAM); its rotary
+    module is materialised on CPU so the spec has the scaled frequencies."""
     import transformers as tf
 
     from .adapters import adapter_class
 
-    config = load_config(name)
     cls = adapter_class(config.model_type)
     cls.check_config(config)
     auto = tf.AutoModelForCausalLM if cls.causal else tf.AutoModel
@@ -354,7 +358,7 @@ def spec_from_config(name: str):
         with torch.device("cpu"):
             fresh = type(rotary)(config=config)
         setattr(adapter.body(), adapter.rotary_attr, fresh)
-    return adapter.spec()
+    return adapter
 
 
 def config_source(name: str) -> str:

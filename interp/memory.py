@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .errors import InvalidInputError
+from .spec import ModelSpec
 
 SAFETY = 0.9  # fraction of the free memory a run may plan to use (the rest: allocator slack, context, Python)
 ANALYSES = ("detect", "ablate", "patch", "cache")
@@ -72,62 +73,36 @@ def nbytes_of(dtype) -> int:
 
 @dataclass(frozen=True)
 class Geometry:
-    """What the planner reads from a config: counts, shapes, the attention implementation."""
+    """What the planner reads from a config: its ModelSpec, plus the exact parameter count, the MLP width and
+    the attention implementation."""
 
     name: str
-    model_type: str
+    spec: ModelSpec
     n_params: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    d_model: int
-    d_vocab: int
     intermediate: int
-    causal: bool
     attn_implementation: str
-    max_positions: int | None
 
 
 _GEOMETRY: dict = {}
 
 
-def _config(name: str):
-    """The config of a model name (load_config: only config.json is read)."""
-    from .loading import load_config
-
-    return load_config(name)
-
-
 def geometry(config_or_name) -> Geometry:
     """The Geometry of a model name (alias, directory, Hub id: only its config is read) or a transformers
-    config. The model is built on the meta device to count its parameters exactly (tied weights once)."""
-    import transformers as tf
-
-    from .adapters import adapter_class
+    config. The model is built on the meta device (`loading.meta_adapter`) to count its parameters exactly
+    (tied weights once)."""
+    from .loading import load_config, meta_adapter
 
     key = config_or_name if isinstance(config_or_name, str) else None
     if key is not None and key in _GEOMETRY:
         return _GEOMETRY[key]
-    config = _config(config_or_name) if isinstance(config_or_name, str) else config_or_name
-    cls = adapter_class(config.model_type)
-    cls.check_config(config)
-    auto = tf.AutoModelForCausalLM if cls.causal else tf.AutoModel
-    with torch.device("meta"):
-        hf = auto.from_config(config)
-    n_params = sum(p.numel() for p in hf.parameters())
-    adapter = cls(hf)
-    n_layers, n_heads = len(adapter.layers()), adapter.n_heads()
-    n_kv, head_dim = adapter.n_kv_heads(), adapter.head_dim()
+    config = load_config(config_or_name) if key is not None else config_or_name
+    adapter = meta_adapter(config)
     text = adapter.config
     d_model = int(text.hidden_size)
     inter = getattr(text, "intermediate_size", None) or getattr(text, "n_inner", None) or 4 * d_model
-    vocab = text.vocab_size
-    g = Geometry(name=key or getattr(config, "name_or_path", "") or config.model_type, model_type=config.model_type,
-                 n_params=int(n_params), n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv, head_dim=head_dim,
-                 d_model=d_model, d_vocab=vocab, intermediate=int(inter), causal=cls.causal,
-                 attn_implementation=cls.default_attn_implementation_for(config),
-                 max_positions=getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None))
+    g = Geometry(name=key or getattr(config, "name_or_path", "") or config.model_type, spec=adapter.spec(),
+                 n_params=int(sum(p.numel() for p in adapter.hf.parameters())), intermediate=int(inter),
+                 attn_implementation=type(adapter).default_attn_implementation_for(config))
     if key is not None:
         _GEOMETRY[key] = g
     return g
@@ -178,9 +153,10 @@ def _site_bytes(g: Geometry, sites, batch: int, length: int, nbytes: int) -> int
             kind = s.split(".")[-2]
         if kind not in SITE_KINDS:
             raise InvalidInputError(f"unknown site {s!r}; site kinds: {', '.join(SITE_KINDS)}")
-        layers = 1 if s.startswith("L") and "." in s else (g.n_layers + 1 if kind == "resid" else g.n_layers)
-        width = {"head_out": g.n_heads * g.head_dim, "q": g.n_heads * g.head_dim, "k": g.n_kv_heads * g.head_dim,
-                 "v": g.n_kv_heads * g.head_dim}.get(kind, g.d_model)
+        sp = g.spec
+        layers = 1 if s.startswith("L") and "." in s else (sp.n_layers + 1 if kind == "resid" else sp.n_layers)
+        width = {"head_out": sp.n_heads * sp.head_dim, "q": sp.n_heads * sp.head_dim,
+                 "k": sp.n_kv_heads * sp.head_dim, "v": sp.n_kv_heads * sp.head_dim}.get(kind, sp.d_model)
         total += layers * batch * length * width * nbytes
     return total
 
@@ -208,26 +184,27 @@ def estimate(config_or_name, lengths, batch_size: int = 1, dtype="float32", anal
     sites = tuple(d["sites"] if sites is None else sites)
     b, B, T = nbytes_of(dtype), batch_size, lengths
     K = T + new_tokens
-    H, G, hd, D, L = g.n_heads, g.n_kv_heads, g.head_dim, g.d_model, g.n_layers
+    sp = g.spec
+    H, G, hd, D, L = sp.n_heads, sp.n_kv_heads, sp.head_dim, sp.d_model, sp.n_layers
     notes = []
-    kv = 2 * L * G * hd * K * B * b if g.causal else 0
+    kv = 2 * L * G * hd * K * B * b if sp.causal else 0
     per_tok = max(3 * g.intermediate, 5 * H * hd + 3 * G * hd) + 2 * D
     act = B * T * b * per_tok + B * T * K  # + the 4D boolean mask
     if g.attn_implementation == "eager":
         act += B * H * T * K * (2 * b + 4)
         notes.append("eager attention: scores, their float32 softmax and its cast back are [batch, heads, T, K]")
     n_logits = {"all": T, "last": 1, "none": 0}[logits]
-    if not g.causal:  # an encoder (AutoModel): no LM head, its output is the last hidden states
+    if not sp.causal:  # an encoder (AutoModel): no LM head, its output is the last hidden states
         n_logits = 0
-    lg = B * n_logits * g.d_vocab * b + B * T * D * b if n_logits else 0
+    lg = B * n_logits * sp.d_vocab * b + B * T * D * b if n_logits else 0
     rw = 4 * B * L * H * n_query * K if rows else 0
     clean = 0
     if sites:
         clean = _site_bytes(g, sites, B, T, b if analysis == "patch" else nbytes_of(store_dtype))
         if analysis == "cache":  # the model-dtype activations and their store-dtype copy
             clean += _site_bytes(g, sites, B, T, b) if nbytes_of(store_dtype) != b else 0
-    if g.max_positions is not None and K > g.max_positions:
-        notes.append(f"{K} tokens exceed the config's max_position_embeddings {g.max_positions}")
+    if sp.max_positions is not None and K > sp.max_positions:
+        notes.append(f"{K} tokens exceed the config's max_position_embeddings {sp.max_positions}")
     return MemoryPlan(model=g.name, analysis=analysis, length=T, key_length=K, batch_size=B,
                       dtype=str(dtype_of(dtype)).replace("torch.", ""), n_params=g.n_params, weights=g.n_params * b,
                       kv_cache=kv, activations=act, logits=lg, attention_rows=rw, clean_cache=clean, sites=sites,

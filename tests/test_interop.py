@@ -287,6 +287,16 @@ def _lm(family, gqa, kind="TransformersModel"):
         return getattr(nnsight, kind)(hf, tokenizer=_tokenizer(), task="text-generation")
 
 
+def _both(own, lm, x, intervention, nnsight_edit):
+    """(interp's logits under `intervention`, the nnsight trace's logits with `nnsight_edit()` inside it)."""
+    with own.intervene(intervention):
+        want = own.forward(x)
+    with lm.trace(x):
+        nnsight_edit()
+        got = lm.output.logits.save()
+    return want, got
+
+
 @pytest.mark.parametrize("kind", ["LanguageModel", "TransformersModel", "NNsight"])
 @pytest.mark.parametrize("family,gqa", [("llama", True), ("qwen2", True), ("gpt2", False)],
                          ids=["llama-gqa", "qwen2-gqa", "gpt2-mha"])
@@ -335,11 +345,7 @@ def test_nnsight_ablate_heads_equals_interp(family, gqa):
     clean = own.forward(x)
     means = interp.head_output_means(own, _ids(4, 10, seed=7))
     for kw in (dict(mode="zero"), dict(mode="mean", means=means), dict(mode="zero", rows=[1])):
-        with own.intervene(interp.AblateHeads(HEADS, **kw)):
-            want = own.forward(x)
-        with lm.trace(x):
-            ablate_heads(lm, HEADS, **kw)
-            got = lm.output.logits.save()
+        want, got = _both(own, lm, x, interp.AblateHeads(HEADS, **kw), lambda: ablate_heads(lm, HEADS, **kw))
         assert _maxdiff(got, want) <= TOL, kw
         assert _maxdiff(got, clean) > MIN_EFFECT, kw
     assert _maxdiff(want[0], clean[0]) == 0.0  # rows=[1] left row 0 alone
@@ -367,11 +373,8 @@ def test_nnsight_head_outputs_and_patch_heads_equal_interp(family, gqa):
         pos = list(kw.get("positions", range(10)))
         rows = kw.get("rows", [0, 1])
         vals = {"L1H2": z[1][rows][:, pos, 2], "L2H1": z[2][rows][:, pos, 1]}
-        with own.intervene(interp.Patch({"L1.head_out.H2": vals["L1H2"], "L2.head_out.H1": vals["L2H1"]}, **kw)):
-            want = own.forward(corrupt)
-        with lm.trace(corrupt):
-            patch_heads(lm, vals, **kw)
-            got = lm.output.logits.save()
+        patch = interp.Patch({"L1.head_out.H2": vals["L1H2"], "L2.head_out.H1": vals["L2H1"]}, **kw)
+        want, got = _both(own, lm, corrupt, patch, lambda: patch_heads(lm, vals, **kw))
         assert _maxdiff(got, want) <= TOL, kw
         assert _maxdiff(got, base) > MIN_EFFECT, kw
 

@@ -128,16 +128,13 @@ def niah_config(lengths: str, depths: str, seeds: int, haystack, needles, separa
 
 
 def niah_for_model(m, niah):
-    """Check the NIAH grid against the model before any decoding: refuse, or warn (an InterpWarning, printed
-    and recorded in run.json) past a RoPE model's trained length."""
-    import warnings
-
-    from ..errors import InterpWarning
+    """Check the NIAH grid against the model before any decoding: refuse (with the NIAH --lengths that would
+    fit), or warn once past a RoPE model's trained length (the model's own check: an InterpWarning, printed
+    and recorded in run.json)."""
     from ..tasks.niah import check_context
 
-    for w in check_context(m.spec, niah):
-        warnings.warn(InterpWarning(w), stacklevel=2)
-        m._position_warned.add(m.spec.max_positions)  # said once: the forward passes need not repeat it
+    if check_context(m.spec, niah):  # past the trained length: say it now, not at the first forward pass
+        m.check_positions(max(niah.context_lengths) + (niah.max_new_tokens or 8))
     return niah
 
 
@@ -334,6 +331,19 @@ def write_json(obj: dict, path: Path) -> None:
     tmp = path.with_suffix(path.suffix + ".partial")
     tmp.write_text(dumps(obj, indent=2))
     tmp.replace(path)
+
+
+def write_result(res, out: Path, stem: str, as_json: bool = False, csv: bool = False) -> dict:
+    """A result as STEM.json (strict) and its tidy table STEM.csv in `out`; the JSON on stdout with
+    `as_json`, else the table with `csv`. Returns the result's dict."""
+    import typer
+
+    d = res.to_dict()
+    write_json(d, out / f"{stem}.json")
+    write_table(res, out / f"{stem}.csv", echo=csv and not as_json)
+    if as_json:
+        typer.echo(dumps(d))
+    return d
 
 
 def write_table(res, path: Path, echo: bool = False) -> None:

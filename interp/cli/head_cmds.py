@@ -7,8 +7,8 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import dumps, finite, unit_interval, final_path, out_dir, parse_ints, progress_bar, write_json, write_table
-from .retrieval_cmds import REVISION, DEVICE_MAP, MAX_MEMORY, BATCH, DEVICE, DTYPE, JSON, MODEL, OUT, OVERWRITE, _model, detect_app, model_label
+from .common import finite, final_path, parse_ints, progress_bar, unit_interval, write_result, write_table
+from .retrieval_cmds import REVISION, DEVICE_MAP, MAX_MEMORY, BATCH, DEVICE, DTYPE, JSON, MODEL, OUT, OVERWRITE, detect_app, open_run
 
 SEED = typer.Option(0, "--seed", help="Seed of the random tokens / texts, token samples, control draws, bootstrap.")
 MODE = typer.Option("zero", "--mode", help="Ablation: zero | mean | uniform.")
@@ -27,20 +27,15 @@ def _run(model, device, model_dtype, revision, device_map, max_memory, out, over
          as_json: bool) -> None:
     """Load, run `analyse(model, advance)` under a progress bar of `steps(model)` steps, write <command>.json
     and its table (the figures and index.html come from them when the run is committed), report."""
-    o = out_dir(out, command, model_label(model), overwrite=overwrite)
-    m = _model(model, device, model_dtype, revision, device_map, max_memory)
+    o, m = open_run(command, out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     prog, advance = progress_bar(steps(m), command)
     with prog:
         res = analyse(m, advance)
-    d = res.to_dict()
     stem = command.replace('-', '_')
-    write_json(d, o / f"{stem}.json")
-    write_table(res, o / f"{stem}.csv")
+    d = write_result(res, o, stem, as_json)
     if getattr(res, "causal", None):
         write_table(res.causal_frame(), o / f"{stem}_causal.csv")
-    if as_json:
-        typer.echo(dumps(d))
-    else:
+    if not as_json:
         printer(d, o)
 
 

@@ -7,8 +7,8 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import dumps, final_path, out_dir, parse_ints, progress_bar, write_json, write_table
-from .retrieval_cmds import REVISION, DEVICE_MAP, MAX_MEMORY, DEVICE, DTYPE, JSON, MODEL, OUT, OVERWRITE, _model, model_label
+from .common import dumps, final_path, parse_ints, progress_bar, write_result
+from .retrieval_cmds import REVISION, DEVICE_MAP, MAX_MEMORY, DEVICE, DTYPE, JSON, MODEL, OUT, OVERWRITE, open_run
 
 TASKS = ("niah", "repeated")
 
@@ -86,8 +86,7 @@ def patch(model: Optional[str] = MODEL,
     if method == "path":
         return _path(model, device, model_dtype, revision, device_map, max_memory, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders,
                      receivers, via, out, overwrite, as_json)
-    o = out_dir(out, "patch", model_label(model), overwrite=overwrite)  # staged: the files reach --out when the command succeeds
-    m = _model(model, device, model_dtype, revision, device_map, max_memory)
+    o, m = open_run("patch", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed)
     prog, advance = progress_bar(None, "patching rows")
     with prog:
@@ -98,18 +97,12 @@ def patch(model: Optional[str] = MODEL,
 
             res = run_attribution(m, ps, cfg, method=method, verify_top=verify_top, verify_sample=verify_sample,
                                   progress=advance)
-    d = res.to_dict()
-    write_json(d, o / "patching.json")
-    write_table(res, o / "patching.csv")
+    d = write_result(res, o, "patching", as_json, csv)
     with open(o / "pairs.jsonl", "w") as f:
         for p in ps:
             f.write(dumps({"source": p.source, "clean_ids": p.clean, "corrupt_ids": p.corrupt, "answer": p.answer,
                                 "wrong": p.wrong, "anchor": p.anchor, "info": p.info}) + "\n")
-    if as_json:
-        typer.echo(dumps(d))
-    elif csv:
-        write_table(res, o / "patching.csv", echo=True)
-    else:
+    if not (as_json or csv):
         _print(d, o)
 
 
@@ -123,15 +116,11 @@ def _path(model, device, model_dtype, revision, device_map, max_memory, pairs, t
     if not senders:
         raise InvalidInputError("--method path needs --senders, e.g. --senders L0H0")
     snd, rcv = as_heads(senders), as_heads(receivers or "")
-    o = out_dir(out, "patch", model_label(model), overwrite=overwrite)
-    m = _model(model, device, model_dtype, revision, device_map, max_memory)
+    o, m = open_run("patch", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed)
     res = run_path_patching(m, ps, snd, rcv, via=via, config=cfg)
-    d = res.to_dict()
-    write_json(d, o / "path_patching.json")
-    write_table(res, o / "path_patching.csv")
+    write_result(res, o, "path_patching", as_json)
     if as_json:
-        typer.echo(dumps(d))
         return
     from .common import console
 

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import dumps, finite, final_path, niah_config, niah_for_model, out_dir, progress_bar, write_json, write_table
+from .common import dumps, final_path, finite, niah_config, niah_for_model, out_dir, progress_bar, write_result
 
 detect_app = typer.Typer(no_args_is_help=True, help="Detect head types.",
                          context_settings={"help_option_names": ["-h", "--help"]})
@@ -34,12 +34,16 @@ OVERWRITE = typer.Option(False, "--overwrite", help="Replace the run already in 
 THRESHOLD = typer.Option(0.1, "--threshold", callback=finite, help="Retrieval-score threshold for a retrieval head.")
 
 
-def _model(name, device, dtype, revision=None, device_map=None, max_memory=None):
+def open_run(command: str, out, overwrite: bool, name, device, dtype, revision=None, device_map=None,
+             max_memory=None):
+    """(run folder, model) of a command: the folder is made (staged) first, so a bad --out fails before the
+    model loads."""
     from ..loading import load_model
     from .common import parse_max_memory
 
-    return load_model(model_label(name), device=device, dtype=dtype, revision=revision, device_map=device_map,
-                      max_memory=parse_max_memory(max_memory))
+    o = out_dir(out, command, model_label(name), overwrite=overwrite)
+    return o, load_model(model_label(name), device=device, dtype=dtype, revision=revision, device_map=device_map,
+                         max_memory=parse_max_memory(max_memory))
 
 
 def model_label(name) -> str:
@@ -75,8 +79,7 @@ def _write_detection(res, samples, model, out: Path):
     """retrieval.json, its table and the prompts (figures and index.html come from them at the end)."""
     from ..tasks.niah import write_prompts
 
-    write_json(res.to_dict(), out / "retrieval.json")
-    write_table(res, out / "retrieval.csv")
+    write_result(res, out, "retrieval")
     write_prompts(samples, model.tokenizer, out / "prompts.jsonl")
 
 
@@ -107,8 +110,7 @@ def detect_retrieval(model: Optional[str] = MODEL, lengths: str = LENGTHS, depth
                      out: Optional[str] = OUT, overwrite: bool = OVERWRITE, as_json: bool = JSON):
     """Wu et al. retrieval scores per query head from NIAH decoding (plus a streaming score)."""
     niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
-    o = out_dir(out, "retrieval", model_label(model), overwrite=overwrite)
-    m = _model(model, device, model_dtype, revision, device_map, max_memory)
+    o, m = open_run("retrieval", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     niah_for_model(m, niah)
     res, samples = _detect(m, niah, threshold, all_samples, batch_size, sink, recent)
     _write_detection(res, samples, m, o)
@@ -154,6 +156,15 @@ def inherit_grid(ctx, heads: str, from_dir, lengths: str, depths: str, seeds: in
     if differ:
         c.print("note: not the detection's grid: " + "; ".join(differ), highlight=False, soft_wrap=True)
     return now["lengths"], now["depths"], now["seeds"]
+
+
+def experiment_grid(ctx, heads, from_dir, prompts, lengths, depths, seeds, haystack, needles, separator,
+                    max_new_tokens):
+    """The NIAH grid of a paired experiment (ablate, rope-zero): the detection's own options where not given
+    (inherit_grid), and >= 2 prompts unless --prompts replaces NIAH."""
+    if prompts is None:
+        lengths, depths, seeds = inherit_grid(ctx, heads, from_dir, lengths, depths, seeds)
+    return niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens, paired=prompts is None)
 
 
 def resolve_target_heads(heads: str, m, niah, threshold: float, from_dir, batch_size: int, o: Path, seed: int,
@@ -241,12 +252,9 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
         raise InvalidInputError(f"--mode {mode!r}: valid modes are {', '.join(ABLATION_MODES)}")
     if random_pool not in ("layer", "any"):
         raise InvalidInputError(f"--random-pool {random_pool!r}: use layer (same count per layer) or any")
-    if prompts is None:
-        lengths, depths, seeds = inherit_grid(ctx, heads, from_dir, lengths, depths, seeds)
-    niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens,
-                       paired=prompts is None)
-    o = out_dir(out, "ablate", model_label(model), overwrite=overwrite)
-    m = _model(model, device, model_dtype, revision, device_map, max_memory)
+    niah = experiment_grid(ctx, heads, from_dir, prompts, lengths, depths, seeds, haystack, needles, separator,
+                           max_new_tokens)
+    o, m = open_run("ablate", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     task = prompt_task(m, prompts, metric)
     if task is None:  # the NIAH grid is only built when no --prompts are given
         niah_for_model(m, niah)
@@ -259,13 +267,9 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
     prog, advance = progress_bar(n * (2 + draws), "ablation conditions")
     with prog:
         res = run_ablation(m, cfg, samples=samples, task=task, detection=detection, progress=advance)
-    d = res.to_dict()
-    write_json(d, o / "ablation.json")
-    write_table(res, o / "ablation.csv", csv)
+    write_result(res, o, "ablation", as_json, csv)
     write_task_prompts(task, samples, m, o / "prompts.jsonl")
-    if as_json:
-        typer.echo(dumps(d))
-    elif not csv:
+    if not (as_json or csv):
         _print_ablation(res, o)
 
 

@@ -7,9 +7,9 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import dumps, final_path, niah_config, niah_for_model, out_dir, parse_ints, progress_bar, write_json, write_table
+from .common import final_path, niah_config, niah_for_model, parse_ints, progress_bar, write_result
 from .retrieval_cmds import (REVISION, DEVICE_MAP, MAX_MEMORY, OVERWRITE, BATCH, DEPTHS, DEVICE, DTYPE, HAYSTACK, JSON, LENGTHS, MAX_NEW, MODEL, NEEDLES, OUT,
-                             SEEDS, SEPARATOR, THRESHOLD, CSV, HEADS_HELP, METRIC, PROMPTS, _model, inherit_grid, model_label, prompt_task, resolve_target_heads,
+                             SEEDS, SEPARATOR, THRESHOLD, CSV, HEADS_HELP, METRIC, PROMPTS, open_run, experiment_grid, prompt_task, resolve_target_heads,
                              write_task_prompts)
 
 HEADS = typer.Option("retrieval", "--heads", help=HEADS_HELP)
@@ -46,12 +46,9 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
         parse_ints(band, "--band")
         raise InvalidInputError("explicit pair bands are available from the library (interp.rope.resolve_dims); "
                                 "the CLI dose-response takes --band lowest|highest|random")
-    if prompts is None:
-        lengths, depths, seeds = inherit_grid(ctx, heads, from_dir, lengths, depths, seeds)
-    niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens,
-                       paired=prompts is None)
-    o = out_dir(out, "rope-zero", model_label(model), overwrite=overwrite)
-    m = _model(model, device, model_dtype, revision, device_map, max_memory)
+    niah = experiment_grid(ctx, heads, from_dir, prompts, lengths, depths, seeds, haystack, needles, separator,
+                           max_new_tokens)
+    o, m = open_run("rope-zero", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     rope = require_rope(m.spec)
     for d in doses:  # every dose is checked before any detection or decoding
         n_pairs_of(d, unit, rope)
@@ -68,14 +65,9 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
     prog, advance = progress_bar(n * n_runs, "rope-zero conditions")
     with prog:
         res = run_rope_zero(m, cfg, samples=samples, task=task, progress=advance)
-    d = res.to_dict()
-    write_json(d, o / "rope_zero.json")
-    write_table(res, o / "rope_zero.csv", csv)
+    d = write_result(res, o, "rope_zero", as_json, csv)
     write_task_prompts(task, samples, m, o / "prompts.jsonl")
-    if as_json:
-        typer.echo(dumps(d))
-        return
-    if not csv:
+    if not (as_json or csv):
         _print_rope_zero(d, o)
 
 
@@ -119,18 +111,14 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
     if statistic not in STATISTICS:
         raise InvalidInputError(f"--statistic {statistic!r}: valid are {', '.join(STATISTICS)}")
     niah = niah_config(lengths, depths, seeds, None, None, "\\n", None)
-    o = out_dir(out, "rope-profile", model_label(model), overwrite=overwrite)
-    m = _model(model, device, model_dtype, revision, device_map, max_memory)
+    o, m = open_run("rope-profile", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     require_rope(m.spec)
     target, source, _ = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed)
     cfg = RopeProfileConfig(retrieval_heads=tuple(target), heads_source=source, n_texts=n_texts, n_tokens=n_tokens,
                             seed=seed, statistic=statistic, batch_size=batch_size)
     res = run_rope_profile(m, cfg)
-    d = res.to_dict()
-    write_json(d, o / "rope_profile.json")
-    write_table(res, o / "rope_profile.csv")
+    d = write_result(res, o, "rope_profile", as_json)
     if as_json:
-        typer.echo(dumps(d))
         return
     from .common import console
 

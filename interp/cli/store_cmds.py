@@ -10,7 +10,7 @@ import typer
 
 from ..errors import InvalidInputError
 from .retrieval_cmds import DEVICE_MAP, MAX_MEMORY, REVISION
-from .common import dumps, out_dir, parse_ints, progress_bar, write_json, write_table
+from .common import dumps, out_dir, parse_ints, progress_bar, write_json, write_result
 
 MODEL = typer.Option(None, "--model", "-m", help="Alias, checkpoint dir or Hub id with a tokenizer (default: the "
                      "bundled default organism, else minilm-l6).")
@@ -152,15 +152,11 @@ def probe(model: Optional[str] = MODEL,
     prog, advance = progress_bar(probe_steps(st, pcfg), "probes")
     with prog:
         res = run_probes(st, pcfg, model=m if heads else None, progress=advance)
-    r = res.to_dict()
-    write_json(r, o / "probes.json")
-    write_table(res, o / "probes.csv")
+    r = write_result(res, o, "probes", as_json)
     write_json({"probe": asdict(pcfg), "cache": asdict(ccfg) if ccfg else None, "store": str(st.path),
                 "model": m.name if m else st.model.get("name")}, o / "config.json")
     (o / "report.md").write_text(markdown(r))
-    if as_json:
-        typer.echo(dumps(r))
-    else:
+    if not as_json:
         _print_probes(r, o)
 
 

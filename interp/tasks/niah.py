@@ -122,12 +122,13 @@ def _haystack_units(text: str) -> list[str]:
     return units
 
 
-def _load_haystack_units(path: str, tok) -> list[tuple[list[int], str]]:
-    """(token ids, text) of every unit of a user haystack; ids with a leading space (units follow one another)."""
+def _load_haystack_units(path: str, tok) -> list[tuple[list[int], list[list[int]]]]:
+    """(token ids, each word's ids) of every unit of a user haystack, encoded once; ids with a leading space
+    (units follow one another)."""
     from .jsonl import read_user_text
 
     texts = _haystack_units(read_user_text(path, "haystack file"))
-    units = [(_encode(tok, " " + u), u) for u in texts]
+    units = [(_encode(tok, " " + u), [_encode(tok, " " + w) for w in u.split()]) for u in texts]
     units = [u for u in units if u[0]]
     if sum(len(ids) for ids, _ in units) < 8:
         raise InvalidInputError(f"haystack file {path} has fewer than 8 tokens")
@@ -166,16 +167,16 @@ def _check_distinct(samples: list["NiahSample"]) -> None:
                                     f"{len(ids)} distinct: use fewer seeds or more varied needles")
 
 
-def _fill_words(tok, unit_text: str, room: int) -> list[int]:
-    """The longest run of whole leading words of `unit_text` that fits in `room` tokens (the haystack's
-    last, partial sentence: cut at a word boundary, so the prompt fills its context length)."""
-    words, best = unit_text.split(), []
-    for k in range(1, len(words) + 1):
-        ids = _encode(tok, " " + " ".join(words[:k]))
-        if len(ids) > room:
+def _fill_words(word_ids: list[list[int]], room: int) -> list[int]:
+    """The longest run of whole leading words (each word's ids, encoded once with `_load_haystack_units`)
+    that fits in `room` tokens: the haystack's last, partial sentence, cut at a word boundary, so the
+    prompt fills its context length."""
+    out: list[int] = []
+    for ids in word_ids:
+        if len(out) + len(ids) > room:
             break
-        best = ids
-    return best
+        out += ids
+    return out
 
 
 def _corpus_needle(seed: int) -> dict:
@@ -242,10 +243,10 @@ def build_niah(tokenizer, config: NiahConfig) -> list[NiahSample]:
                 # whole sentences (the user's haystack, cycled, or the corpus's) up to the budget; the
                 # needle goes between two of them, at the depth's fraction of the sentences
                 units = (itertools.cycle(hay_units) if hay_units is not None
-                         else ((_encode(tok, s), s) for s in _corpus_sentences(seed)))
+                         else ((_encode(tok, s), None) for s in _corpus_sentences(seed)))
                 sents = []
                 used = 0
-                for ids, text in units:
+                for ids, words in units:
                     if used + len(ids) > budget:
                         break
                     sents.append(ids)
@@ -254,7 +255,7 @@ def build_niah(tokenizer, config: NiahConfig) -> list[NiahSample]:
                 before = [t for s in sents[:cut] for t in s]
                 after = [t for s in sents[cut:] for t in s]
                 if hay_units is not None:  # a user's haystack fills the context: whole words of the next sentence
-                    after += _fill_words(tok, text, budget - used)
+                    after += _fill_words(words, budget - used)
                 if hay_units is not None and not before + after:
                     raise InvalidInputError(f"context length {n_ctx} leaves {budget} tokens for the haystack, less "
                                             f"than its first word: use longer --lengths")
