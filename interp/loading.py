@@ -186,8 +186,16 @@ def resolve_device(device) -> torch.device:
     """A torch.device the machine has, or InvalidInputError saying what to pass instead."""
     if isinstance(device, torch.device):
         device = str(device)
+    from .distributed import local_cuda_index
+
+    rank_gpu = local_cuda_index()  # under torchrun: each rank its own GPU (LOCAL_RANK)
     if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if torch.cuda.is_available():
+            return torch.device("cuda", rank_gpu % torch.cuda.device_count()) if rank_gpu is not None else \
+                torch.device("cuda")
+        return torch.device("cpu")
+    if rank_gpu is not None and str(device).strip() == "cuda" and torch.cuda.is_available():
+        return torch.device("cuda", rank_gpu % torch.cuda.device_count())
     hint = "use cpu, cuda, cuda:N (or mps on Apple silicon)"
     try:
         d = torch.device(str(device).strip())
@@ -308,6 +316,17 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
         kw["offload_folder"] = offload_folder or tempfile.mkdtemp(prefix="interp-offload-")
         if max_memory is not None:
             kw["max_memory"] = max_memory
+        from .distributed import launched, replica_gpus, replica_max_memory
+
+        if launched() and torch.cuda.is_available() and isinstance(device_map, str):  # one replica per rank
+            import os
+
+            from .memory import available_ram
+
+            local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+            gpus = replica_gpus(torch.cuda.device_count(), int(os.environ.get("LOCAL_RANK", "0")), local_world)
+            kw["max_memory"] = replica_max_memory(max_memory, gpus, {g: torch.cuda.mem_get_info(g)[0] for g in gpus},
+                                                  available_ram() // local_world)
     import warnings
 
     try:

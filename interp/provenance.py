@@ -87,6 +87,12 @@ def device_info(device) -> dict:
     return out
 
 
+def _world_size() -> int:
+    from .distributed import world
+
+    return world().size
+
+
 def provenance(model) -> dict:
     tok = model.tokenizer
     return {
@@ -101,6 +107,7 @@ def provenance(model) -> dict:
         "tokenizer": getattr(tok, "name_or_path", None) if tok is not None else None,
         "dtype": str(next(model.hf.parameters()).dtype).replace("torch.", ""),
         "device": str(model.device),
+        "world_size": _world_size(),  # processes that shared the sweep (torchrun); 1 without a launcher
         "attn_implementation": model.hf.config._attn_implementation,
         "packages": package_versions(),
         "python": platform.python_version(),

@@ -21,8 +21,17 @@ CASES = [  # (command line, text the one-line error must contain)
     ("detect retrieval --haystack {nonutf8} NIAH", "haystack file"),
     ("detect retrieval --haystack {nonutf8} NIAH", "is not UTF-8 text (byte 3, line 1"),
     ("detect retrieval --haystack {empty} NIAH", "has fewer than 8 tokens"),
-    ("detect retrieval --haystack {folder} NIAH", "is a directory, not a file"),
+    ("detect retrieval --haystack {folder} NIAH", "haystack directory"),
+    ("detect retrieval --haystack {folder} NIAH", "has no .txt files (it is empty)"),
+    ("detect retrieval --haystack {hay_notxt} NIAH", "has no .txt files (it holds 1 other entry)"),
+    ("ablate --heads L0H0 --haystack {hay_notxt} NIAH", "has no .txt files"),
+    ("detect retrieval --haystack {hay_nonutf8} NIAH", "b.txt is not UTF-8 text (byte 3, line 1"),
+    ("detect retrieval --haystack {hay_tiny} NIAH", "haystack directory"),
+    ("detect retrieval --haystack {hay_tiny} NIAH", "has fewer than 8 tokens"),
     ("detect retrieval --haystack /nonexistent.txt NIAH", "--haystack /nonexistent.txt: no such file"),
+    ("detect retrieval --needles /nonexistent.jsonl NIAH", "no such file (or pass corpus or standard)"),
+    ("detect retrieval --needles {folder} NIAH", "--needles"),
+    ("detect retrieval --needles {folder} NIAH", "is a directory, not a file"),
     ("detect retrieval --needles {nonutf8} NIAH", "needles file"),
     ("detect retrieval --needles {badjson} NIAH", ":1: not valid JSON"),
     ("detect retrieval --needles {jsonlist} NIAH", "missing or empty string field(s)"),
@@ -101,6 +110,8 @@ CASES = [  # (command line, text the one-line error must contain)
     ("detect retrieval --sink -1 NIAH", "'--sink'"),
     ("detect retrieval --recent -5 NIAH", "'--recent'"),
     ("detect retrieval --threshold nan NIAH", "nan is not a finite number"),
+    ("detect retrieval --score-norm bogus NIAH", "--score-norm 'bogus'"),
+    ("detect retrieval --score-norm Needle NIAH", "use answer (copied positions / answer tokens) or needle"),
     ("ablate --threshold inf NIAH", "inf is not a finite number"),
     ("detect retrieval --lengths 0", "context lengths must be >= 16"),
     ("detect retrieval --lengths a,b", "--lengths must be comma-separated integers"),
@@ -266,6 +277,13 @@ def files(tmp_path_factory):
         f[name] = str(d)
     (t / "folder").mkdir()
     f["folder"] = str(t / "folder")
+    for name, files in (("hay_notxt", {"notes.md": b"words"}), ("hay_nonutf8", {"a.txt": b"Fine words.",
+                                                                                "b.txt": b"caf\xe9 bad"}),
+                        ("hay_tiny", {"a.txt": b"One", "b.txt": b"two"})):
+        (t / name).mkdir()
+        for fname, content in files.items():
+            (t / name / fname).write_bytes(content)
+        f[name] = str(t / name)
     prev = t / "previous_run"
     prev.mkdir()
     (prev / "retrieval.json").write_text("{}")

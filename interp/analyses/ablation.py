@@ -24,7 +24,7 @@ from ..errors import InvalidInputError
 from ..experiments import (Comparison, ConditionStats, NiahTask, baseline, compare, head_ablation,
                            random_head_controls, reference_means, run_conditions, write_norms)
 from ..hooks.interventions import ABLATION_MODES, AblateHeads
-from ..tasks.niah import NiahConfig
+from ..tasks.niah import NiahConfig, resolve_niah
 from ..types import HeadId
 
 
@@ -111,7 +111,7 @@ def run_ablation(model, config: AblationConfig, samples: Sequence | None = None,
     AblateHeads(heads).bind(model)  # heads outside the model: a clear error before any work
     if task is None:
         task = (NiahTask(samples, config.niah, config.decode_only) if samples is not None
-                else NiahTask.build(model.tokenizer, config.niah, config.decode_only))
+                else NiahTask.build(model.tokenizer, resolve_niah(model, config.niah), config.decode_only))
     means, note = reference_means(model, task, config.batch_size) if config.mode == "mean" else (None, None)
 
     def ablate(hs):

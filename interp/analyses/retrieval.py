@@ -4,9 +4,18 @@ At every greedy decode step the recorder recomputes, for each (layer, query head
 row of the current query from the real post-RoPE q and k (O(context) memory; sdpa kept) and keeps
 only its top-1 key position and its mass on sink + recent tokens. A head "copies" at a step when
 its top-1 key lies in the needle span and the token there equals the token just generated. Its
-retrieval score on a sample is the number of distinct needle positions it copied from divided by
-the answer's token count (capped at 1); scores are averaged over samples (by default only the
-samples whose answer was recalled, as in the original).
+retrieval score on a sample is the number of distinct needle positions it copied from, divided by
+(`RetrievalConfig.score_norm`, capped at 1):
+- "answer" (the default): the answer's token count. A head that copies the whole answer scores 1,
+  whatever the needle sentence around it.
+- "needle": the needle span's token count, Wu et al.'s normalisation (they add 1/|needle| per copy
+  event). Their answer IS the needle (the model is asked to repeat it), so there the two agree; with
+  a needle sentence around a short answer (the corpus and standard needles) a perfect copier scores
+  |answer| / |needle| (e.g. 1/10), and a threshold of 0.1 means something else.
+To reproduce Wu et al.'s numbers, use needles whose answer is the whole needle (a needles file with
+"answer" equal to "needle") and score_norm="needle"; for this package's needles use "answer". Either
+way a position counts once however often a head copies it. Scores are averaged over samples (by
+default only the samples whose answer was recalled, as in the original).
 """
 
 from __future__ import annotations
@@ -21,10 +30,11 @@ import torch
 from ..errors import InvalidInputError
 from ..hooks.interventions import Intervention
 from ..hooks.rows import compute_rows
-from ..tasks.niah import NiahConfig, NiahSample, build_niah
+from ..tasks.niah import NiahConfig, NiahSample, build_niah, resolve_niah
 from ..experiments.tasks import NiahOutcome, run_niah
 
 DEFAULT_SWEEP = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
+SCORE_NORMS = ("answer", "needle")  # what a head's distinct copied positions are divided by (module docstring)
 
 
 class RetrievalRecorder(Intervention):
@@ -32,15 +42,17 @@ class RetrievalRecorder(Intervention):
 
     observes_qk = True
 
-    def __init__(self, sink: int = 4, recent: int = 64):
+    def __init__(self, sink: int = 4, recent: int = 64, score_norm: str = "answer"):
         super().__init__(None)
         self.sink, self.recent = sink, recent
+        self.score_norm = score_norm  # "answer" | "needle": the denominator of a sample's score
         self.sample_scores: list[np.ndarray] = []  # per sample [L, H], in decode (batch) order
         self.sample_streaming: list[np.ndarray] = []
         self.sample_ids: list[str] = []  # the sample id of each entry above
 
     def begin_batch(self, samples: Sequence[NiahSample], ids: torch.Tensor, mask: torch.Tensor):
         self._samples, self._ids, self._mask = samples, ids, mask
+        self._mark = len(self.sample_scores)  # entries before this batch (export_batch takes the rest)
         self._pad = (mask == 0).sum(1)  # left padding per row
         self._argmax: list[torch.Tensor] = []  # per call [L, b, H]
         self._stream: list[torch.Tensor] = []
@@ -76,10 +88,24 @@ class RetrievalRecorder(Intervention):
             score = np.zeros((L, H))
             for l, h in torch.nonzero(copied.any(0)).tolist():
                 distinct = torch.unique(a[:, l, h][copied[:, l, h]]).numel()
-                score[l, h] = min(1.0, distinct / max(1, len(s.answer_ids)))
+                norm = hi - lo if self.score_norm == "needle" else len(s.answer_ids)
+                score[l, h] = min(1.0, distinct / max(1, norm))
             self.sample_scores.append(score)
             self.sample_streaming.append(stream[:T, :, row].mean(0).numpy())
             self.sample_ids.append(s.id)
+
+    def export_batch(self) -> dict:
+        """The batch's per-sample entries (added by end_batch), taken out as plain data (a sweep unit)."""
+        k = self._mark
+        out = {"scores": self.sample_scores[k:], "streaming": self.sample_streaming[k:], "ids": self.sample_ids[k:]}
+        del self.sample_scores[k:], self.sample_streaming[k:], self.sample_ids[k:]
+        return out
+
+    def import_batch(self, state: dict) -> None:
+        """Put a batch's entries back (in batch order), from this rank, another one or a unit file."""
+        self.sample_scores += [np.asarray(x, dtype=float) for x in state["scores"]]
+        self.sample_streaming += [np.asarray(x) for x in state["streaming"]]
+        self.sample_ids += list(state["ids"])
 
     def per_sample(self, samples: Sequence[NiahSample]) -> tuple[np.ndarray, np.ndarray]:
         """Scores and streaming scores ``[N, L, H]`` in the order of ``samples``.
@@ -98,7 +124,9 @@ class RetrievalConfig:
     """`niah`: the NIAH grid decoded. `threshold`: retrieval score above which a head is a retrieval head.
     `only_successful`: average scores over the recalled samples only. `sink_tokens` / `recent_window`: the
     first real tokens and the last keys whose attention mass makes the streaming score. `sweep`:
-    thresholds at which heads are counted (the result's `sweep`)."""
+    thresholds at which heads are counted (the result's `sweep`). `score_norm`: a sample's distinct copied
+    needle positions divided by the answer's tokens ("answer", the default) or the needle span's ("needle",
+    Wu et al.'s; the module docstring says which to use)."""
 
     niah: NiahConfig = field(default_factory=NiahConfig)
     threshold: float = 0.1
@@ -107,11 +135,15 @@ class RetrievalConfig:
     recent_window: int = 64
     batch_size: int = 8
     sweep: tuple[float, ...] = DEFAULT_SWEEP
+    score_norm: str = "answer"
 
     def __post_init__(self):
         from ..errors import check_fields
 
         check_fields(self, {"sink_tokens": 0, "recent_window": 0, "batch_size": 1}, finite=("threshold",))
+        if self.score_norm not in SCORE_NORMS:
+            raise InvalidInputError(f"score_norm {self.score_norm!r}: use answer (copied positions / answer tokens) "
+                                    "or needle (/ needle tokens, Wu et al.)")
 
 
 @dataclass
@@ -157,8 +189,12 @@ def detect_retrieval_heads(model, config: RetrievalConfig | None = None, samples
     from ..stats import threshold_sweep
 
     config = config or RetrievalConfig()
+    if samples is None:  # built here: the needles for this model (recorded in the result's config)
+        from dataclasses import replace
+
+        config = replace(config, niah=resolve_niah(model, config.niah))
     samples = list(samples) if samples is not None else build_niah(model.tokenizer, config.niah)
-    rec = RetrievalRecorder(config.sink_tokens, config.recent_window)
+    rec = RetrievalRecorder(config.sink_tokens, config.recent_window, config.score_norm)
     rec.bind(model)
     outcomes: list[NiahOutcome] = run_niah(model, samples, recorder=rec, batch_size=config.batch_size,
                                            max_new_tokens=config.niah.max_new_tokens, progress=progress)

@@ -26,7 +26,7 @@ from ..experiments import (Comparison, Condition, NiahTask, PromptTask, baseline
                            run_conditions, text_items)
 from ..hooks.interventions import ZeroRopeDims
 from ..rope import require_rope, resolve_dims
-from ..tasks.niah import NiahConfig
+from ..tasks.niah import NiahConfig, resolve_niah
 from ..types import HeadId
 
 
@@ -146,7 +146,8 @@ def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence | None = None
         raise InvalidInputError("no target heads: pass --heads retrieval|L3H1,...|FILE")
     bands = {d: resolve_dims(rope, config.band, d, config.unit) for d in config.doses}  # validate every dose first
     if task is None:
-        task = NiahTask(samples, config.niah) if samples is not None else NiahTask.build(model.tokenizer, config.niah)
+        task = (NiahTask(samples, config.niah) if samples is not None
+                else NiahTask.build(model.tokenizer, resolve_niah(model, config.niah)))
 
     def zero(hs, dims):
         return (ZeroRopeDims(hs, dims, side=config.side),)

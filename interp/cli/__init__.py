@@ -6,6 +6,7 @@ message on stderr and exit code 2; typer's own usage errors also exit with 2.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from .app import app
@@ -43,6 +44,22 @@ def renamed_options(argv: list[str]) -> tuple[list[str], list[str]]:
     return out, notes
 
 
+def _end_sweep(ok: bool, refused: bool) -> None:
+    """Close the call's sweep: its unit files go once the run is written, or when the run was refused (an
+    InterpError: the rerun will differ); a run that crashed or was interrupted keeps them (and says so), so
+    rerunning the same command resumes. Then leave the process group, if any."""
+    from .. import distributed
+    from .common import console
+
+    sw = distributed.current()
+    summary = distributed.end(ok or refused)
+    ok = ok or refused
+    if not ok and sw is not None and sw.folder is not None and sw.folder.is_dir() and summary and summary["computed"]:
+        console().print(f"{summary['computed']} finished sweep units kept in {sw.folder}: rerun the same command "
+                        "to resume from them", highlight=False, soft_wrap=True)
+    distributed.finish()
+
+
 def main(argv: list[str] | None = None) -> None:
     from ..errors import InterpError
     from . import common
@@ -62,14 +79,18 @@ def main(argv: list[str] | None = None) -> None:
     argv, notes = renamed_options(argv)
     for n in notes:
         warnings.warn(InterpWarning(n))
+    ok = refused = False
     try:
         rc = app(args=argv, prog_name="interp", standalone_mode=False)  # non-standalone click returns typer.Exit's code
         if not (isinstance(rc, int) and rc != 0):
             commit_staged(True)  # the files reach --out, run.json last; refuses to mix two runs
+            ok = True
     except InterpError as e:
-        from .common import console
+        from .common import console, other_rank
 
-        console().print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        refused = True
+        where = f" (rank {os.environ.get('RANK')})" if other_rank() else ""
+        console(every_rank=True).print(f"[bold red]error{where}:[/] {e}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
@@ -88,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
         raise
     finally:
         commit_staged(False)  # whatever is still staged (a failed run) is dropped: --out stays as it was
+        _end_sweep(ok, refused)
         warnings.showwarning = shown
     if isinstance(rc, int) and rc != 0:
         sys.exit(rc)

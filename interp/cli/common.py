@@ -9,23 +9,42 @@ from pathlib import Path
 from ..errors import InvalidInputError
 
 
-def console():
+def other_rank() -> bool:
+    """True in the processes of a torchrun launch other than rank 0: they compute their share of a sweep
+    and print and write nothing (rank 0 speaks and writes for all)."""
+    import os
+
+    from ..distributed import launched
+
+    return launched() and os.environ.get("RANK", "0") != "0"
+
+
+def console(every_rank: bool = False):
     """The CLI's stderr console. Not a terminal (a log, a pipe, a test): 200 columns, so tables keep whole
-    head and site names instead of truncating them to the default 80."""
+    head and site names instead of truncating them to the default 80. Quiet on ranks other than 0 of a
+    torchrun launch, unless `every_rank` (errors)."""
     import sys
 
     from rich.console import Console
 
-    return Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+    return Console(stderr=True, width=None if sys.stderr.isatty() else 200, quiet=other_rank() and not every_rank)
 
 
 def stdout_console():
-    """A console on stdout, 200 columns when stdout is not a terminal (see `console`)."""
+    """A console on stdout, 200 columns when stdout is not a terminal (see `console`); quiet on other ranks."""
     import sys
 
     from rich.console import Console
 
-    return Console(width=None if sys.stdout.isatty() else 200)
+    return Console(width=None if sys.stdout.isatty() else 200, quiet=other_rank())
+
+
+def echo(text: str, nl: bool = True) -> None:
+    """typer.echo on rank 0 only (the one result a sharded sweep prints)."""
+    import typer
+
+    if not other_rank():
+        typer.echo(text, nl=nl)
 
 
 def finite(value):
@@ -109,17 +128,25 @@ def parse_max_memory(text: str | None) -> dict | None:
 
 def niah_config(lengths: str, depths: str, seeds: int, haystack, needles, separator: str, max_new_tokens,
                 paired: bool = False):
-    """The NIAH grid of the options; `paired` (an experiment comparing conditions) needs >= 2 prompts."""
-    from ..tasks.niah import NiahConfig
+    """The NIAH grid of the options; `paired` (an experiment comparing conditions) needs >= 2 prompts.
+    `needles`: "corpus" | "standard" (a built-in set; ./corpus for a file of that name) | a JSONL file | None
+    (picked from the model by `niah_for_model`); `haystack`: a text file, a directory of .txt files or None."""
+    from ..tasks.niah import NEEDLE_SOURCES, NiahConfig, haystack_files
 
-    for f, flag in ((haystack, "--haystack"), (needles, "--needles")):
-        if f is not None and Path(f).is_dir():
-            raise InvalidInputError(f"{flag} {f} is a directory, not a file")
-        if f is not None and not Path(f).is_file():
-            raise InvalidInputError(f"{flag} {f}: no such file")
+    source = None
+    if needles in NEEDLE_SOURCES:
+        source, needles = needles, None
+    if needles is not None and Path(needles).is_dir():
+        raise InvalidInputError(f"--needles {needles} is a directory, not a file")
+    if needles is not None and not Path(needles).is_file():
+        raise InvalidInputError(f"--needles {needles}: no such file (or pass corpus or standard)")
+    if haystack is not None:
+        if not Path(haystack).exists():
+            raise InvalidInputError(f"--haystack {haystack}: no such file or directory")
+        haystack_files(haystack)  # a directory without .txt files is refused before the model loads
     cfg = NiahConfig(context_lengths=parse_ints(lengths, "--lengths"), depths=parse_floats(depths, "--depths"),
                      n_seeds=seeds, haystack_file=haystack, needles_file=needles,
-                     separator=parse_escapes(separator), max_new_tokens=max_new_tokens)
+                     separator=parse_escapes(separator), max_new_tokens=max_new_tokens, needle_source=source)
     n = len(cfg.context_lengths) * len(cfg.depths) * cfg.n_seeds
     if paired and n < 2:
         raise InvalidInputError(f"the NIAH grid has {n} prompt: paired comparisons need at least 2 (raise --n-seeds, "
@@ -127,15 +154,32 @@ def niah_config(lengths: str, depths: str, seeds: int, haystack, needles, separa
     return cfg
 
 
-def niah_for_model(m, niah):
-    """Check the NIAH grid against the model before any decoding: refuse (with the NIAH --lengths that would
-    fit), or warn once past a RoPE model's trained length (the model's own check: an InterpWarning, printed
-    and recorded in run.json)."""
-    from ..tasks.niah import check_context
+def niah_for_model(m, niah, decode: bool = True):
+    """The NIAH grid for the model, checked before any decoding: the needles picked from the model when
+    --needles is not given (`tasks.niah.resolve_niah`: the corpus's for the organisms, the standard ones for
+    every other model); refused (an encoder, no tokenizer, or past learned positions, with the NIAH --lengths
+    that would fit; an encoder only where the prompts are decoded), or warned once past a RoPE model's trained length (the model's own check: an
+    InterpWarning, printed and recorded in run.json). Returns the grid to use; `note_niah` speaks once the
+    prompts are built."""
+    from ..tasks.niah import check_context, resolve_niah
 
+    if m.tokenizer is None:
+        raise InvalidInputError("NIAH needs a tokenizer: this model was loaded without one")
+    if decode and not m.spec.causal:
+        raise InvalidInputError(f"{m.spec.architecture} is an encoder; it cannot decode")
+    niah = resolve_niah(m, niah)
     if check_context(m.spec, niah):  # past the trained length: say it now, not at the first forward pass
         m.check_positions(max(niah.context_lengths) + (niah.max_new_tokens or 8))
     return niah
+
+
+def note_niah(m, niah) -> None:
+    """One note line when the corpus haystack stands in for real text (standard needles, no --haystack);
+    called after the prompts are built, so a refused run prints only its error."""
+    if niah.haystack_fallback:
+        console().print(f"note: the NIAH haystack is interp's synthetic corpus, an offline fallback ({m.name} was not "
+                        f"trained on it; needles: {niah.needles}): pass --haystack FILE or a directory of .txt files "
+                        "for real long text", highlight=False, soft_wrap=True)
 
 
 RUN_MARKER = "run.json"  # written last into every run folder: the command, the files, when it finished
@@ -186,6 +230,20 @@ def out_dir(out: str | None, command: str, model: str, staged: bool = True, over
     if prev is not None and not overwrite:
         raise InvalidInputError(f"--out {out} already holds a run ({prev.get('command') or 'interp'}); pass "
                                 "--overwrite to replace it, or choose another --out")
+    from .. import distributed
+
+    if distributed.launched() and not staged:
+        raise InvalidInputError(f"`interp {command}` writes in place and does not shard: run it as one process "
+                                "(without torchrun)")
+    distributed.init()
+    if distributed.current() is None:  # finished sweep units of this command go beside --out (resume)
+        distributed.begin(units_folder(p))
+    if other_rank():  # computes its share; rank 0 writes the run
+        import tempfile
+
+        stage = Path(tempfile.mkdtemp(prefix=f"interp-rank{distributed.world().rank}-"))
+        _STAGED.append((stage, p, overwrite))
+        return stage
     if not staged:
         try:
             p.mkdir(parents=True, exist_ok=True)
@@ -213,6 +271,15 @@ def out_dir(out: str | None, command: str, model: str, staged: bool = True, over
     return stage
 
 
+def units_folder(p: Path) -> Path:
+    """Where the finished units of this command's sweep are kept until its run is written: beside --out,
+    one folder per command line (--overwrite aside), so only a rerun of the same command reads them."""
+    import hashlib
+
+    words = [a for a in ARGV if a != "--overwrite"]
+    return p.parent / f".{p.name}.units" / hashlib.sha256("\0".join(words).encode()).hexdigest()[:16]
+
+
 def final_path(o: Path) -> Path:
     """--out for a staging folder (what messages and result files should name)."""
     return next((final for stage, final, _ in _STAGED if stage == o), o)
@@ -233,9 +300,14 @@ def _commit(stage: Path, final: Path, overwrite: bool) -> None:
     from .. import __version__
     from ..report import write_report
 
+    from .. import distributed
+
     marker = {"format": "interp-run", "command": " ".join(["interp", *ARGV]), "files": [],
               "interp_version": __version__, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "warnings": list(dict.fromkeys(WARNINGS))}
+    sw = distributed.current()
+    if sw is not None and sw.units:  # sharded / resumable work units: how many, where they were computed
+        marker["sweep"] = sw.summary()
     write_report(stage, marker)  # every figure page and index.html, from the result files alone
     if stage == final:  # unstaged: the files are in place already
         names = sorted(f.name for f in final.iterdir() if f.name != RUN_MARKER)
@@ -266,6 +338,7 @@ def commit_staged(ok: bool) -> None:
     A commit that would mix two runs raises InvalidInputError and drops the staged files."""
     import shutil
 
+    ok = ok and not other_rank()  # other ranks of a sharded sweep write nothing
     try:
         while _STAGED:
             stage, final, overwrite = _STAGED[-1]
@@ -336,27 +409,23 @@ def write_json(obj: dict, path: Path) -> None:
 def write_result(res, out: Path, stem: str, as_json: bool = False, csv: bool = False) -> dict:
     """A result as STEM.json (strict) and its tidy table STEM.csv in `out`; the JSON on stdout with
     `as_json`, else the table with `csv`. Returns the result's dict."""
-    import typer
-
     d = res.to_dict()
     write_json(d, out / f"{stem}.json")
-    write_table(res, out / f"{stem}.csv", echo=csv and not as_json)
+    write_table(res, out / f"{stem}.csv", echo_=csv and not as_json)
     if as_json:
-        typer.echo(dumps(d))
+        echo(dumps(d))
     return d
 
 
-def write_table(res, path: Path, echo: bool = False) -> None:
+def write_table(res, path: Path, echo_: bool = False) -> None:
     """A result's tidy table (its `to_frame()`, or a DataFrame) as CSV beside its JSON, atomically; on
-    stdout with echo."""
-    import typer
-
+    stdout with echo_."""
     df = res.to_frame() if hasattr(res, "to_frame") else res
     tmp = path.with_suffix(".csv.partial")
     df.to_csv(tmp, index=False)
     tmp.replace(path)
-    if echo:
-        typer.echo(df.to_csv(index=False), nl=False)
+    if echo_:
+        echo(df.to_csv(index=False), nl=False)
 
 
 class _LazyProgress:

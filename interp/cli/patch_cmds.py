@@ -27,7 +27,8 @@ def _pairs(m, pairs_file, task, lengths, depths, seeds, copy_length, seed):
     if task == "niah":
         if m.tokenizer is None:
             raise InvalidInputError("the niah task needs a tokenizer: this model was loaded without one")
-        niah = niah_for_model(m, niah_config(lengths, depths, seeds, None, None, "\\n", None))
+        # the corpus needles on every model: value patching swaps their one-token code word
+        niah = niah_for_model(m, niah_config(lengths, depths, seeds, None, "corpus", "\\n", None), decode=False)
         return niah_pairs(m.tokenizer, niah, seed)
     return repeated_pairs(m, length=copy_length, n=seeds, seed=seed)
 

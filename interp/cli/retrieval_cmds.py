@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import dumps, final_path, finite, niah_config, niah_for_model, out_dir, progress_bar, write_result
+from .common import (dumps, final_path, finite, niah_config, niah_for_model, note_niah, out_dir, progress_bar,
+                     write_result)
 
 detect_app = typer.Typer(no_args_is_help=True, help="Detect head types.",
                          context_settings={"help_option_names": ["-h", "--help"]})
@@ -17,9 +18,14 @@ MODEL = typer.Option(None, "--model", "-m", help="Alias, checkpoint dir or Hub i
 LENGTHS = typer.Option("512", "--lengths", help="NIAH context lengths in tokens, comma-separated.")
 DEPTHS = typer.Option("0,0.25,0.5,0.75,1", "--depths", help="Needle depths (fraction of the haystack before it).")
 SEEDS = typer.Option(4, "--n-seeds", min=1, help="Paired seeds per (length, depth).")
-HAYSTACK = typer.Option(None, "--haystack", help="Plain-text haystack file (default: interp's corpus generator).")
-NEEDLES = typer.Option(None, "--needles", help='JSONL file: {"needle", "question", "answer"} per line.')
-SEPARATOR = typer.Option("\\n", "--separator", help="Inserted between haystack and question with user files.")
+HAYSTACK = typer.Option(None, "--haystack", help="Plain-text haystack: a file, or a directory of .txt files (sorted "
+                        "by name, joined by blank lines). Default: interp's corpus generator (for models other than "
+                        "the organisms an offline fallback; the run says so).")
+NEEDLES = typer.Option(None, "--needles", help='corpus | standard | a JSONL file of {"needle", "question", "answer"} '
+                       "per line. Default: corpus for the bundled organisms (what they were trained on), standard "
+                       "(facts with multi-token answers, after Kamradt 2023) for every other model.")
+SEPARATOR = typer.Option("\\n", "--separator", help="Inserted between haystack and question (with anything but the corpus "
+                         "needles and haystack).")
 MAX_NEW = typer.Option(None, "--max-new-tokens", min=1, help="Greedy tokens to decode (default: answer length + 2).")
 BATCH = typer.Option(8, "--batch-size", min=1, help="Prompts per forward pass.")
 REVISION = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit) of a Hub id or alias.")
@@ -62,13 +68,14 @@ def _model_name(name, default) -> str:
     return name
 
 
-def _detect(model, niah, threshold, all_samples, batch_size, sink, recent):
+def _detect(model, niah, threshold, all_samples, batch_size, sink, recent, score_norm="answer"):
     from ..analyses.retrieval import RetrievalConfig, detect_retrieval_heads
     from ..tasks.niah import build_niah
 
     cfg = RetrievalConfig(niah=niah, threshold=threshold, only_successful=not all_samples, batch_size=batch_size,
-                          sink_tokens=sink, recent_window=recent)
+                          sink_tokens=sink, recent_window=recent, score_norm=score_norm)
     samples = build_niah(model.tokenizer, niah)
+    note_niah(model, niah)
     prog, advance = progress_bar(len(samples), "retrieval scores")
     with prog:
         res = detect_retrieval_heads(model, cfg, samples=samples, progress=advance)
@@ -88,8 +95,10 @@ def _print_detection(res, out):
 
     c = console()
     n_total = len(res.scores) * len(res.scores[0])
-    c.print(f"[bold]{res.model}[/]: baseline recall {res.baseline_recall:.2f} on {res.n_samples} prompts; "
-            f"scores averaged over {res.n_used}")
+    niah = res.config.get("niah") or {}
+    c.print(f"[bold]{res.model}[/]: baseline recall {res.baseline_recall:.2f} on {res.n_samples} prompts "
+            f"(needles: {niah.get('needles', 'corpus')}, haystack: {niah.get('haystack', 'corpus')}); "
+            f"scores averaged over {res.n_used}, normalised by the {res.config.get('score_norm', 'answer')} length")
     c.print(f"retrieval heads (score > {res.threshold}): {len(res.heads)} of {n_total} "
             f"({100 * len(res.heads) / n_total:.1f}%): {', '.join(res.heads[:20])}{' ...' if len(res.heads) > 20 else ''}")
     c.print("per layer: " + " ".join(f"L{l}:{n}" for l, n in enumerate(res.per_layer)))
@@ -105,14 +114,23 @@ def detect_retrieval(model: Optional[str] = MODEL, lengths: str = LENGTHS, depth
                                                       "only those answered correctly (the original's choice)."),
                      sink: int = typer.Option(4, "--sink", min=0, help="Sink tokens for the streaming score."),
                      recent: int = typer.Option(64, "--recent", min=0, help="Recent window for the streaming score."),
+                     score_norm: str = typer.Option("answer", "--score-norm", help="A head's distinct copied needle "
+                                                    "positions / the answer's tokens (answer) or / the needle's "
+                                                    "tokens (needle: Wu et al.'s; with needles whose answer is the "
+                                                    "whole needle it reproduces their scores)."),
                      batch_size: int = BATCH, device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, device_map: Optional[str] = DEVICE_MAP,
           max_memory: Optional[str] = MAX_MEMORY, model_dtype: Optional[str] = DTYPE,
                      out: Optional[str] = OUT, overwrite: bool = OVERWRITE, as_json: bool = JSON):
     """Wu et al. retrieval scores per query head from NIAH decoding (plus a streaming score)."""
+    from ..analyses.retrieval import SCORE_NORMS
+
+    if score_norm not in SCORE_NORMS:
+        raise InvalidInputError(f"--score-norm {score_norm!r}: use answer (copied positions / answer tokens) or "
+                                "needle (/ needle tokens, Wu et al.)")
     niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
     o, m = open_run("retrieval", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
-    niah_for_model(m, niah)
-    res, samples = _detect(m, niah, threshold, all_samples, batch_size, sink, recent)
+    niah = niah_for_model(m, niah)
+    res, samples = _detect(m, niah, threshold, all_samples, batch_size, sink, recent, score_norm)
     _write_detection(res, samples, m, o)
     if as_json:
         typer.echo(dumps(res.to_dict()))
@@ -257,12 +275,14 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
     o, m = open_run("ablate", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     task = prompt_task(m, prompts, metric)
     if task is None:  # the NIAH grid is only built when no --prompts are given
-        niah_for_model(m, niah)
+        niah = niah_for_model(m, niah)
+    samples = build_niah(m.tokenizer, niah) if task is None else None  # refused prompts fail before a detection
+    if task is None:
+        note_niah(m, niah)
     target, source, detection = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed,
                                                      n_heads)
     cfg = AblationConfig(heads=tuple(target), niah=niah, mode=mode, decode_only=decode_only, draws=draws, seed=seed,
                          random_pool=random_pool, batch_size=batch_size, heads_source=source)
-    samples = build_niah(m.tokenizer, niah) if task is None else None
     n = len(samples) if task is None else task.n
     prog, advance = progress_bar(n * (2 + draws), "ablation conditions")
     with prog:

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import final_path, niah_config, niah_for_model, parse_ints, progress_bar, write_result
+from .common import final_path, niah_config, niah_for_model, note_niah, parse_ints, progress_bar, write_result
 from .retrieval_cmds import (REVISION, DEVICE_MAP, MAX_MEMORY, OVERWRITE, BATCH, DEPTHS, DEVICE, DTYPE, HAYSTACK, JSON, LENGTHS, MAX_NEW, MODEL, NEEDLES, OUT,
                              SEEDS, SEPARATOR, THRESHOLD, CSV, HEADS_HELP, METRIC, PROMPTS, open_run, experiment_grid, prompt_task, resolve_target_heads,
                              write_task_prompts)
@@ -54,12 +54,14 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
         n_pairs_of(d, unit, rope)
     task = prompt_task(m, prompts, metric)
     if task is None:  # the NIAH grid is only built when no --prompts are given
-        niah_for_model(m, niah)
+        niah = niah_for_model(m, niah)
+    samples = build_niah(m.tokenizer, niah) if task is None else None  # refused prompts fail before a detection
+    if task is None:
+        note_niah(m, niah)
     target, source, _ = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed)
     cfg = RopeZeroConfig(heads=tuple(target), niah=niah, band=band,
                          doses=doses, unit=unit, side=side, random_draws=random_draws, head_draws=head_draws,
                          seed=seed, batch_size=batch_size, heads_source=source)
-    samples = build_niah(m.tokenizer, niah) if task is None else None
     n = len(samples) if task is None else task.n
     n_runs = 1 + sum(1 + random_draws + head_draws for d in doses if d > 0)
     prog, advance = progress_bar(n * n_runs, "rope-zero conditions")
@@ -113,6 +115,12 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
     niah = niah_config(lengths, depths, seeds, None, None, "\\n", None)
     o, m = open_run("rope-profile", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     require_rope(m.spec)
+    if heads == "retrieval" and not from_dir:  # detected now, on NIAH: the needles for this model
+        from ..tasks.niah import build_niah
+
+        niah = niah_for_model(m, niah)
+        build_niah(m.tokenizer, niah)  # refused prompts fail before the detection
+        note_niah(m, niah)
     target, source, _ = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed)
     cfg = RopeProfileConfig(retrieval_heads=tuple(target), heads_source=source, n_texts=n_texts, n_tokens=n_tokens,
                             seed=seed, statistic=statistic, batch_size=batch_size)

@@ -86,13 +86,18 @@ def cache(model: Optional[str] = MODEL,
     cfg = CacheConfig(sites=tuple(s.strip() for s in sites.split(",") if s.strip()),
                       layers=parse_ints(layers, "--layers") if layers else None, max_length=max_length,
                       batch_size=batch_size, shard_sequences=shard_size, dtype=dtype)
+    from .. import distributed
+    from .common import echo
+
     d = _data(data, n_sequences, text_key, seed)
+    distributed.init()  # under torchrun: shards dealt out over the ranks, rank 0 writes the manifest
     m = _load(model, device, model_dtype, revision, device_map, max_memory)
     store = _cache(m, d, Path(out), cfg, overwrite)
     summary = {"store": str(store.path), "model": m.name, "sites": store.sites, "n_tokens": store.n_tokens,
-               "n_sequences": store.n_sequences, "shards": len(store.shards), "complete": store.complete}
+               "n_sequences": store.n_sequences, "shards": len(store.shards), "complete": store.complete,
+               "world_size": distributed.world().size}
     if as_json:
-        typer.echo(dumps(summary))
+        echo(dumps(summary))
     else:
         from .common import console
 

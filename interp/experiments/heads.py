@@ -68,6 +68,12 @@ def _saved(from_dir: str, name: str, key: str, model) -> tuple[dict, Path]:
     return {**d, key: heads}, f
 
 
+def _score_norm(d: dict) -> str | None:
+    """The score normalisation of a saved retrieval.json ("answer" before there was a choice)."""
+    cfg = d.get("config")
+    return cfg.get("score_norm", "answer") if isinstance(cfg, dict) else None
+
+
 def resolve_heads(spec_text: str | Sequence, model, *, niah=None, threshold: float = 0.1, from_dir: str | None = None,
                   batch_size: int = 8, seed: int = 0, n_heads: int | None = None, induction=None) -> HeadSelection:
     """Turn a head specification into heads, with where they came from.
@@ -88,11 +94,12 @@ def resolve_heads(spec_text: str | Sequence, model, *, niah=None, threshold: flo
         if from_dir:
             d, f = _saved(from_dir, "retrieval.json", "heads", model)
             return HeadSelection(as_heads(d["heads"]), f"retrieval (from {f})",
-                                 {"from": str(f), "threshold": d.get("threshold"), "n_heads": len(d["heads"])})
+                                 {"from": str(f), "threshold": d.get("threshold"), "n_heads": len(d["heads"]),
+                                  "score_norm": _score_norm(d)})
         from ..analyses.retrieval import RetrievalConfig, detect_retrieval_heads
-        from ..tasks.niah import NiahConfig, build_niah
+        from ..tasks.niah import build_niah, resolve_niah
 
-        niah = niah or NiahConfig()
+        niah = resolve_niah(model, niah)  # the default grid; the needles for this model
         samples = build_niah(model.tokenizer, niah)
         res = detect_retrieval_heads(model, RetrievalConfig(niah=niah, threshold=threshold, batch_size=batch_size),
                                      samples=samples)

@@ -81,21 +81,38 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     return out
 
 
+def _units_key(interventions, items, **extra) -> str:
+    """What a sweep's units compute (interventions, prompts, options), as text: unit files of other work are
+    never read back."""
+    import hashlib
+    import json
+
+    h = hashlib.sha256()
+    for it in items:
+        h.update(json.dumps(list(getattr(it, "input_ids", None) or getattr(it, "ids", []))).encode())
+    return json.dumps({"interventions": [iv.describe() for iv in interventions], "prompts": h.hexdigest(), **extra},
+                      sort_keys=True, default=str)
+
+
 def run_niah(model, samples, interventions: Sequence = (), decode_only: bool = False, batch_size: int = 8,
              recorder=None, max_new_tokens: int | None = None,
              progress: Callable[[int], None] | None = None) -> list[NiahOutcome]:
     """Greedy-decode every sample; `interventions` apply to prefill and decode, or decode only.
 
     `recorder` (optional) is an intervention with begin_batch(samples, ids, mask) and
-    end_batch(generated) that observes the decode (e.g. the retrieval-score recorder).
+    end_batch(generated) that observes the decode (e.g. the retrieval-score recorder), and
+    export_batch() / import_batch(state): a batch's observations taken out as plain data and put back
+    in batch order (each batch is a sweep unit: it may run on another rank or come from a unit file).
     """
+    from ..distributed import map_units
     from ..tasks.niah import score_answer
 
     tok = model.tokenizer
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    outcomes: list[NiahOutcome | None] = [None] * len(samples)
-    for idx in length_batches([s.context_length for s in samples], batch_size):
-        group = [samples[i] for i in idx]
+    batches = length_batches([s.context_length for s in samples], batch_size)
+
+    def unit(j: int) -> dict:  # one batch: a sweep unit (sharded over ranks, kept for resume)
+        group = [samples[i] for i in batches[j]]
         ids, mask = pad_left([s.input_ids for s in group], pad)
         n_new = max_new_tokens or max(len(s.answer_ids) for s in group) + 2
         observers = (recorder,) if recorder is not None else ()
@@ -108,14 +125,26 @@ def run_niah(model, samples, interventions: Sequence = (), decode_only: bool = F
             with model.intervene(*interventions, *observers):
                 gen = model.greedy_decode(ids, n_new, attention_mask=mask)
         gen = gen.cpu()
+        state = None
         if recorder is not None:
             recorder.end_batch(gen)
-        for row, (i, s) in enumerate(zip(idx, group)):
-            text = tok.decode(gen[row].tolist(), skip_special_tokens=True)
-            rec, pre = score_answer(text, s.answer)
-            outcomes[i] = NiahOutcome(s.id, text, gen[row].tolist(), rec, pre)
+            state = recorder.export_batch()
         if progress is not None:
-            progress(len(idx))
+            progress(len(group))
+        return {"generated": gen.tolist(), "recorder": state}
+
+    results = map_units("niah", len(batches), unit, key=_units_key(interventions, samples, decode_only=decode_only,
+                                                                    recorder=type(recorder).__name__,
+                                                                    max_new_tokens=max_new_tokens),
+                        progress=progress, sizes=[len(b) for b in batches])
+    outcomes: list[NiahOutcome | None] = [None] * len(samples)
+    for idx, r in zip(batches, results):
+        if recorder is not None:
+            recorder.import_batch(r["recorder"])
+        for i, row in zip(idx, r["generated"]):
+            text = tok.decode(row, skip_special_tokens=True)
+            rec, pre = score_answer(text, samples[i].answer)
+            outcomes[i] = NiahOutcome(samples[i].id, text, list(row), rec, pre)
     return outcomes  # type: ignore[return-value]
 
 
@@ -180,7 +209,8 @@ class NiahTask(Task):
         c = self.config
         ref_cfg = NiahConfig(context_lengths=c.context_lengths[:1], depths=(0.5,), n_seeds=4,
                              first_seed=c.first_seed + 100_000, haystack_file=c.haystack_file,
-                             needles_file=c.needles_file, separator=c.separator)
+                             needles_file=c.needles_file, separator=c.separator,
+                             needle_source=c.needle_source)
         self.reference_note = (f"mean head outputs over {ref_cfg.n_seeds} NIAH prompts of seeds {list(ref_cfg.seeds)} "
                                "(disjoint from the evaluated seeds)")
         b = model.pad([s.input_ids for s in build_niah(model.tokenizer, ref_cfg)])
@@ -247,15 +277,27 @@ class PromptTask(Task):
         return [it.ids for it in self.items]
 
     def evaluate(self, model, interventions=(), batch_size=8, progress=None):
+        from ..distributed import map_units
+
         seqs = self._sequences()
-        out = np.zeros(len(seqs))
-        for idx in length_batches([len(s) for s in seqs], batch_size):
+        batches = length_batches([len(s) for s in seqs], batch_size)
+
+        def unit(j: int) -> np.ndarray:  # one batch: a sweep unit (sharded over ranks, kept for resume)
+            idx = batches[j]
             b = model.pad([seqs[i] for i in idx])
             with model.intervene(*interventions):
                 logits = model.forward(b).float()
-            out[idx] = self._score(logits, b.attention_mask, [self.items[i] for i in idx])
+            v = self._score(logits, b.attention_mask, [self.items[i] for i in idx])
             if progress is not None:
                 progress(len(idx))
+            return np.asarray(v, dtype=float)
+
+        key = _units_key(interventions, [PromptItem(ids=list(x)) for x in seqs], metric=self.metrics[0],
+                         answers=[(it.answer_ids, it.wrong_ids) for it in self.items])
+        out = np.zeros(len(seqs))
+        for idx, v in zip(batches, map_units("prompts", len(batches), unit, key, progress,
+                                             sizes=[len(b) for b in batches])):
+            out[idx] = v
         return {self.metrics[0]: out}
 
     def _score(self, logits: torch.Tensor, mask: torch.Tensor, items: list[PromptItem]) -> np.ndarray:

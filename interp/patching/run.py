@@ -28,12 +28,14 @@ already, so they run whole.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
+from ..distributed import map_units
 from ..errors import InvalidInputError
 from ..types import Site
 from .cells import GRID_SITES, CellPatch, Cells, check_sites
@@ -266,7 +268,11 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
         row_pair, row_cell, row_k = row_pair[order], row_cell[order], row_k[order]
         raw = np.full(len(row_pair), np.nan)
         prefix = (lengths[row_pair] - row_k) if (reuse and "position" in axes) else np.zeros(len(row_pair), int)
-        for sel, p0 in _chunks(lengths[row_pair], prefix, config.max_batch, budget):
+        chunks = _chunks(lengths[row_pair], prefix, config.max_batch, budget)
+
+        def unit(j: int, site=site, kind=kind, axes=axes, row_pair=row_pair, row_cell=row_cell, row_k=row_k,
+                 chunks=chunks) -> dict:  # one forward pass of patched rows: a sweep unit
+            sel, p0 = chunks[j]
             rp, rc = row_pair[sel], row_cell[sel]
             n = len(rp)
             ax = {a: torch.as_tensor(rc[:, i], dtype=torch.long) for i, a in enumerate(axes)}
@@ -280,16 +286,24 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
                     ids = torch.tensor([base_seqs[i][p0:] for i in rp], device=model.device)
                     mask = torch.ones((n, n_tok), dtype=torch.long, device=model.device)
                     last = model.forward_cached(ids, mask, cache)[:, -1]
-                    n_prefix_rows += n
-                    tokens += ids.numel()
+                    n_tokens, n_prefix = ids.numel(), n
                 else:
                     b = model.pad([base_seqs[i] for i in rp])
                     last = model.forward(b, last_only=True)[:, -1]
-                    tokens += b.input_ids.numel()
-            raw[sel] = _metric(config, last, [pairs[i] for i in rp])
-            n_forward += 1
+                    n_tokens, n_prefix = b.input_ids.numel(), 0
             if progress is not None:
                 progress(n)
+            return {"raw": _metric(config, last, [pairs[i] for i in rp]), "tokens": n_tokens, "prefix_rows": n_prefix}
+
+        key = json.dumps({"site": site, "chunks": [[np.asarray(c).tolist(), int(p)] for c, p in chunks],
+                          "rows": [row_pair.tolist(), row_cell.tolist()], "config": repr(asdict(config)),
+                          "pairs": [[p.clean, p.corrupt, p.answer, p.wrong] for p in pairs]}, default=str)
+        for (sel, _), r in zip(chunks, map_units(f"patch-{site}", len(chunks), unit, key, progress,
+                                                 sizes=[len(c) for c, _ in chunks])):
+            raw[sel] = r["raw"]
+            tokens += int(r["tokens"])
+            n_prefix_rows += int(r["prefix_rows"])
+            n_forward += 1
         n_rows += len(row_pair)
         value = (raw - base_value[row_pair]) / np.where(np.abs(gap[row_pair]) < config.min_gap, np.nan,
                                                         gap[row_pair]) if config.normalize else raw

@@ -170,6 +170,71 @@ def _run_batch(model, sites: list[Site], seqs, seq0: int, dtype: str) -> dict:
     return rows
 
 
+def _write_shard(sw, model, sites, seqs, seq0: int, cfg, progress):
+    """Run the model over one shard's sequences, batch by batch, into the ShardWriter `sw` (aborted on error)."""
+    try:
+        for i in range(0, len(seqs), cfg.batch_size):
+            part = seqs[i:i + cfg.batch_size]
+            sw.append(_run_batch(model, sites, part, seq0 + i, cfg.dtype))
+            if progress is not None:
+                progress(len(part))
+    except BaseException:
+        sw.abort()
+        raise
+    return sw
+
+
+def _cache_sharded(model, data, out: Path, header, sites, cfg, overwrite, progress, world, n_total):
+    """cache_activations under torchrun: shards are dealt out in rounds of one per rank. Each rank writes its
+    shard's files; rank 0, which holds the store's lock and alone writes the manifest, records the round's
+    entries in order once gathered. The store is the one a single process writes (same shards, same bytes);
+    a resume keeps the recorded shards and redoes the rest."""
+    import torch
+    import torch.distributed as dist
+
+    if world.main:
+        w = StoreWriter(out, header, overwrite=overwrite)
+        try:
+            w.__enter__()
+        finally:
+            dist.barrier()  # the others read the manifest rank 0 opened (or failed to open)
+    else:
+        dist.barrier()
+        w = StoreWriter(out, header, follower=True)
+        w.__enter__()
+    try:
+        start = w.next_sequence
+        if progress is not None and start and world.main:
+            progress(start)
+        texts = itertools.islice(data.texts(), start, None)
+        seq0 = start
+        with torch.no_grad():
+            while seq0 < n_total and not w.complete:
+                chunks = [c for c in (list(itertools.islice(texts, cfg.shard_sequences)) for _ in range(world.size))
+                          if c]
+                if not chunks:
+                    break
+                entry = None
+                if world.rank < len(chunks):
+                    seqs = _tokenize(model.tokenizer, chunks[world.rank], cfg)
+                    s0 = seq0 + sum(len(c) for c in chunks[:world.rank])
+                    sw = w.shard(sum(len(x[0]) for x in seqs), len(seqs), ahead=world.rank)
+                    entry = _write_shard(sw, model, sites, seqs, s0, cfg, progress).finalize()
+                entries: list = [None] * world.size
+                dist.all_gather_object(entries, entry)
+                for r, e in enumerate(entries[:len(chunks)]):
+                    w.record(e)
+                    if progress is not None and world.main and r != world.rank:
+                        progress(e["n_sequences"])
+                seq0 += sum(len(c) for c in chunks)
+        if not w.complete:
+            w.finish(world_size=world.size)
+        dist.barrier()  # every rank's view is complete before any returns the store
+    finally:
+        w.__exit__(None, None, None)
+    return ActivationStore(out)
+
+
 def cache_activations(model, data=None, out=None, config: CacheConfig | None = None, overwrite: bool = False,
                       progress: Callable[[int], None] | None = None) -> ActivationStore:
     """Write the activations of `config.sites` over `data` to the store at `out`; return it opened.
@@ -180,6 +245,8 @@ def cache_activations(model, data=None, out=None, config: CacheConfig | None = N
     `progress(n)` is called with the number of sequences done (including those already on disk).
     """
     import torch
+
+    from .. import distributed
 
     cfg = config or CacheConfig()
     if out is None:
@@ -203,6 +270,9 @@ def cache_activations(model, data=None, out=None, config: CacheConfig | None = N
     header = {"identity": identity, "model": mid, "tokenizer": tid, "dataset": dataset, "sites": site_meta,
               "meta": list(META), "categories": list(CATEGORIES), "config": asdict(cfg), "packages": package_versions()}
     n_total = dataset["n_sequences"]
+    world = distributed.world()
+    if world.size > 1:
+        return _cache_sharded(model, data, Path(out), header, sites, cfg, overwrite, progress, world, n_total)
     with StoreWriter(out, header, overwrite=overwrite) as w, torch.no_grad():
         start = w.next_sequence
         if progress is not None and start:
@@ -214,17 +284,8 @@ def cache_activations(model, data=None, out=None, config: CacheConfig | None = N
             if not chunk:
                 break
             seqs = _tokenize(model.tokenizer, chunk, cfg)
-            sw = w.shard(sum(len(s[0]) for s in seqs), len(seqs))
-            try:
-                for i in range(0, len(seqs), cfg.batch_size):
-                    part = seqs[i:i + cfg.batch_size]
-                    sw.append(_run_batch(model, sites, part, seq0 + i, cfg.dtype))
-                    if progress is not None:
-                        progress(len(part))
-                sw.commit()
-            except BaseException:
-                sw.abort()
-                raise
+            _write_shard(w.shard(sum(len(s[0]) for s in seqs), len(seqs)), model, sites, seqs, seq0, cfg,
+                         progress).commit()
             seq0 += len(chunk)
         if not w.complete:
             w.finish()

@@ -50,10 +50,13 @@ class StoreWriter:
     always refused).
     """
 
-    def __init__(self, path, header: dict, overwrite: bool = False):
+    def __init__(self, path, header: dict, overwrite: bool = False, follower: bool = False):
         self.path = Path(path)
         self.header = _normalise(header)
         self.overwrite = overwrite
+        # follower: another rank of a sharded cache. It writes shard files (`ShardWriter.finalize`) but holds
+        # no lock and never writes the manifest: rank 0's writer opened the store and commits every entry.
+        self.follower = follower
         self.lock = WriterLock(self.path)
         self.manifest: dict | None = None
         self._hasher: ThreadPoolExecutor | None = None  # one thread: checksums overlap the writes
@@ -71,6 +74,14 @@ class StoreWriter:
             if stray:
                 raise StoreError(f"{p} is not empty and holds no activation store ({', '.join(sorted(stray)[:5])}"
                                  f"{' ...' if len(stray) > 5 else ''}); choose an empty or new directory")
+        if self.follower:
+            self.manifest = read_manifest(p)
+            diff = _diff(self.manifest.get("identity", {}), self.header["identity"])
+            if diff:
+                raise StoreMismatchError(f"{p}: the store rank 0 opened has other settings: " + "; ".join(diff))
+            if _CHECKSUM_THREAD:
+                self._hasher = ThreadPoolExecutor(1, thread_name_prefix="interp-store-checksum")
+            return self
         p.mkdir(parents=True, exist_ok=True)
         self.lock.acquire()
         try:
@@ -111,7 +122,8 @@ class StoreWriter:
         if self._hasher is not None:
             self._hasher.shutdown(wait=True)
             self._hasher = None
-        self.lock.release()
+        if not self.follower:
+            self.lock.release()
 
     # ---- state -----------------------------------------------------------------------------
     @property
@@ -126,26 +138,39 @@ class StoreWriter:
     def complete(self) -> bool:
         return bool(self.manifest["complete"])
 
-    def shard(self, n_tokens: int, n_sequences: int) -> "ShardWriter":
-        if self.lock.fd is None:
+    def shard(self, n_tokens: int, n_sequences: int, ahead: int = 0) -> "ShardWriter":
+        """The writer of the next shard, or (`ahead` > 0, sharded caches) of the one `ahead` places after it."""
+        if self.lock.fd is None and not self.follower:
             raise StoreError("use StoreWriter as a context manager (with StoreWriter(...) as w:)")
         if self.complete:
             raise StoreError(f"store {self.path} is complete; nothing more can be added")
-        return ShardWriter(self, len(self.manifest["shards"]), n_tokens, n_sequences)
+        return ShardWriter(self, len(self.manifest["shards"]) + ahead, n_tokens, n_sequences)
 
     def finish(self, **extra) -> dict:
         self.manifest.update(extra)
         self.manifest["complete"] = True
         self.manifest["finished_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        write_manifest(self.path, self.manifest)
+        if not self.follower:
+            write_manifest(self.path, self.manifest)
         return self.manifest
+
+    def record(self, entry: dict) -> dict:
+        """Add a finalized shard (`ShardWriter.finalize`, on this or another rank) to the manifest, in order:
+        its sequence and token offsets are the store's so far."""
+        if entry["index"] != len(self.manifest["shards"]):
+            raise StoreError(f"shard {entry['name']} recorded out of order (the store has "
+                             f"{len(self.manifest['shards'])} shards)")
+        entry = {**entry, "seq_start": self.next_sequence, "tok_start": self.next_token}
+        self._commit(entry)
+        return entry
 
     def _commit(self, entry: dict) -> None:
         m = self.manifest
         m["shards"].append(entry)
         m["n_tokens"] += entry["n_tokens"]
         m["n_sequences_written"] += entry["n_sequences"]
-        write_manifest(self.path, m)
+        if not self.follower:
+            write_manifest(self.path, m)
 
 
 class ShardWriter:
@@ -211,6 +236,12 @@ class ShardWriter:
             self.sums[name].update(buf)
 
     def commit(self, **info) -> dict:
+        """Finalize the shard's files and add it to the manifest (the next shard of the store)."""
+        return self.writer.record(self.finalize(**info))
+
+    def finalize(self, **info) -> dict:
+        """Flush, fsync and rename the shard's files into place and return its manifest entry (offsets left
+        to `StoreWriter.record`). Until recorded, a shard is not part of the store (a resume removes it)."""
         if self.filled != self.n_tokens:
             self.abort()
             raise StoreError(f"shard {self.name}: {self.filled} rows written, {self.n_tokens} declared")
@@ -226,13 +257,11 @@ class ShardWriter:
         final = self.tmp.parent / self.name
         os.rename(self.tmp, final)
         fsync_dir(self.tmp.parent)
-        w = self.writer
-        entry = {"name": self.name, "index": self.index, "seq_start": w.next_sequence, "n_sequences": self.n_sequences,
-                 "tok_start": w.next_token, "n_tokens": self.n_tokens, "files": sizes, **info}
+        entry = {"name": self.name, "index": self.index, "seq_start": None, "n_sequences": self.n_sequences,
+                 "tok_start": None, "n_tokens": self.n_tokens, "files": sizes, **info}
         if self.algo:
             entry["checksum_algo"] = self.algo
             entry["checksums"] = {f"{name}.npy": c.hexdigest() for name, c in self.sums.items()}
-        w._commit(entry)
         return entry
 
     def abort(self) -> None:

@@ -4,14 +4,25 @@ Every condition of an analysis runs on the same `NiahSample`s (paired seeds). A 
 from token ids piece by piece: [BOS] + haystack[:i] + needle + haystack[i:] + [separator] +
 question, so the needle's token span is known exactly whatever the tokenizer.
 
-Sources:
-- default: haystack sentences and needles from interp's own corpus generator
-  (`interp.corpus`); seed s fixes the needle and the sentence stream, so a longer
-  context of the same seed contains the shorter one's sentences.
-- user files: `haystack_file` (plain text; cycled if shorter than the context) and
-  `needles_file` (JSONL: {"needle", "question", "answer"} per line; sample k uses line
-  k mod n). The needle and question are inserted exactly as given; only `separator`
-  (default "\n") goes between the haystack and the question.
+Needles (`needles_file`, else `needle_source`):
+- "corpus": the needles of interp's own corpus generator (`interp.corpus`: " The secret code of
+  the green lantern is Oscar.", one-token answers), what the bundled organisms were trained on.
+- "standard": natural-language facts with multi-token answers (`interp.tasks.needles`, after
+  Kamradt 2023, "Needle In A Haystack - Pressure Testing LLMs"), for every other model (Hub ids,
+  local checkpoints, tiny random models). Seed s uses needle s mod 24.
+- a JSONL file (`needles_file`: {"needle", "question", "answer"} per line; sample k uses line
+  k mod n).
+`resolve_niah(model, config)` picks corpus or standard from the model when `needle_source` is None
+(`build_niah` alone then uses the corpus needles). Haystack (`haystack_file`):
+- None: the corpus generator's sentences; seed s fixes the sentence stream, so a longer context
+  of the same seed contains the shorter one's sentences. With the standard needles this is an
+  offline fallback for real text, and the config says so (`haystack_fallback`).
+- a text file, or a directory of .txt files (read in sorted name order, joined by blank lines);
+  cycled if shorter than the context.
+The needle and question are inserted exactly as given; with anything but the corpus needles and
+haystack `separator` (default "\n") goes between the haystack and the question. Every config
+records what ran: `needles` ("corpus" | "standard" | the file), `haystack` ("corpus" | the file or
+directory) and `haystack_fallback`.
 """
 
 from __future__ import annotations
@@ -26,6 +37,7 @@ from typing import Sequence
 from ..errors import InvalidInputError
 
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+NEEDLE_SOURCES = ("corpus", "standard")  # the built-in needle sets (module docstring)
 FIRST_SEED = 1_000_000  # held-out seed range of the organisms' corpus (never used in training)
 
 
@@ -33,8 +45,11 @@ FIRST_SEED = 1_000_000  # held-out seed range of the organisms' corpus (never us
 class NiahConfig:
     """The NIAH grid: one prompt per (context length, depth, seed). `context_lengths`: prompt lengths in
     tokens (at most; whole sentences fill them); `depths`: fraction of the haystack before the needle;
-    `n_seeds` seeds from `first_seed` (held-out corpus seeds). `haystack_file`, `needles_file`, `separator`:
-    user haystack and needles (module docstring). `max_new_tokens`: decode length (default answer + 2)."""
+    `n_seeds` seeds from `first_seed` (held-out corpus seeds). `haystack_file` (a text file or a directory of
+    .txt files), `needles_file`, `separator`: user haystack and needles; `needle_source`: the built-in needles
+    without a needles file, "corpus" | "standard" (None: corpus; `resolve_niah` picks by model). See the
+    module docstring. `max_new_tokens`: decode length (default answer + 2). Recorded, not set: `needles`,
+    `haystack` (what ran) and `haystack_fallback` (standard needles in the corpus haystack)."""
 
     context_lengths: tuple[int, ...] = (512,)
     depths: tuple[float, ...] = DEFAULT_DEPTHS
@@ -44,6 +59,10 @@ class NiahConfig:
     needles_file: str | None = None
     separator: str = "\n"
     max_new_tokens: int | None = None  # default: answer tokens + 2
+    needle_source: str | None = None  # "corpus" | "standard" without needles_file; None: corpus (resolve_niah)
+    needles: str = field(init=False)  # what ran: "corpus" | "standard" | the needles file
+    haystack: str = field(init=False)  # what ran: "corpus" | the haystack file or directory
+    haystack_fallback: bool = field(init=False)  # the corpus haystack stands in for real text (standard needles)
 
     def __post_init__(self):
         self.context_lengths = tuple(int(c) for c in self.context_lengths)
@@ -54,6 +73,12 @@ class NiahConfig:
             raise InvalidInputError("depths must lie in [0, 1] (fractions of the haystack before the needle)")
         if self.n_seeds < 1:
             raise InvalidInputError("n_seeds must be >= 1")
+        if self.needle_source is not None and self.needle_source not in NEEDLE_SOURCES:
+            raise InvalidInputError(f"needle_source {self.needle_source!r}: valid are {', '.join(NEEDLE_SOURCES)} "
+                                    "(or a needles file)")
+        self.needles = str(self.needles_file) if self.needles_file else (self.needle_source or "corpus")
+        self.haystack = str(self.haystack_file) if self.haystack_file else "corpus"
+        self.haystack_fallback = not self.haystack_file and self.needle_source == "standard"
 
     @property
     def seeds(self) -> tuple[int, ...]:
@@ -122,31 +147,60 @@ def _haystack_units(text: str) -> list[str]:
     return units
 
 
+def haystack_files(path: str | Path) -> list[Path]:
+    """The files of a haystack: `path` itself, or a directory's .txt files in sorted name order (not
+    recursive). A directory without .txt files is an InvalidInputError; a missing or unreadable file is
+    reported when it is read (`read_haystack`)."""
+    p = Path(path)
+    if not p.is_dir():
+        return [p]
+    try:
+        entries = sorted(p.iterdir(), key=lambda f: f.name)
+    except OSError as e:
+        raise InvalidInputError(f"haystack directory {path} cannot be read: {e.strerror or e}") from None
+    files = [f for f in entries if f.suffix.lower() == ".txt" and f.is_file()]
+    if not files:
+        n = len(entries)
+        held = f"it holds {n} other {'entry' if n == 1 else 'entries'}" if n else "it is empty"
+        raise InvalidInputError(f"haystack directory {path} has no .txt files ({held}); --haystack takes a text "
+                                "file or a directory of .txt files")
+    return files
+
+
+def read_haystack(path: str | Path) -> str:
+    """A haystack's text: the file, or a directory's .txt files (`haystack_files`) joined by blank lines.
+    Every file is read with `read_user_text` (missing, a folder, not UTF-8: an error naming the file)."""
+    from .jsonl import read_user_text
+
+    return "\n\n".join(read_user_text(f, "haystack file") for f in haystack_files(path))
+
+
 def _load_haystack_units(path: str, tok) -> list[tuple[list[int], list[list[int]]]]:
     """(token ids, each word's ids) of every unit of a user haystack, encoded once; ids with a leading space
     (units follow one another)."""
-    from .jsonl import read_user_text
-
-    texts = _haystack_units(read_user_text(path, "haystack file"))
+    texts = _haystack_units(read_haystack(path))
     units = [(_encode(tok, " " + u), [_encode(tok, " " + w) for w in u.split()]) for u in texts]
     units = [u for u in units if u[0]]
     if sum(len(ids) for ids, _ in units) < 8:
-        raise InvalidInputError(f"haystack file {path} has fewer than 8 tokens")
+        kind = "directory" if Path(path).is_dir() else "file"
+        raise InvalidInputError(f"haystack {kind} {path} has fewer than 8 tokens")
     return units
 
 
-def _check_needles(needles: list[dict], config: "NiahConfig", path: str) -> None:
+def _check_needles(needles: list[dict], config: "NiahConfig", label: str) -> None:
     """Every seed of a (length, depth) cell should have its own needle. With a user haystack (the same for
     every seed) fewer needles than seeds repeat whole prompts (n=20 that is n=10): refused. With the
     corpus haystack the prompts still differ, but needles repeat: an InterpWarning."""
     distinct = len({(n["needle"], n["question"], n["answer"]) for n in needles})
     if distinct >= config.n_seeds:
         return
-    msg = (f"needles file {path} has {distinct} distinct needles but {config.n_seeds} seeds per (length, depth) "
+    msg = (f"{label} has {distinct} distinct needles but {config.n_seeds} seeds per (length, depth) "
            "were asked")
     if config.haystack_file:
         raise InvalidInputError(f"{msg}: with the same --haystack, {config.n_seeds - distinct} prompts per cell "
-                                f"would repeat others; pass --n-seeds <= {distinct} or add needles")
+                                f"would repeat others; pass --n-seeds <= {distinct} or "
+                                + ("a --needles file with more" if label.startswith("the standard") else
+                                   "add needles"))
     import warnings
 
     from ..errors import InterpWarning
@@ -186,6 +240,36 @@ def _corpus_needle(seed: int) -> dict:
     return {"needle": n.sentence, "question": n.question, "answer": n.answer}
 
 
+def trained_on_corpus(model) -> bool:
+    """Whether `model` was trained on interp's corpus: a bundled organism, or any checkpoint folder an organism
+    build wrote (it holds organism.json). Those get the corpus needles; every other model (Hub ids, local
+    checkpoints, tiny random models, wrapped bridges) the standard ones."""
+    src = getattr(model, "source", None)
+    if not src:
+        return False
+    from ..loading import bundled_models
+
+    try:
+        p = Path(src)
+        if (p / "organism.json").is_file():
+            return True
+        return p.is_dir() and p.resolve() in {b.resolve() for b in bundled_models().values()}
+    except (OSError, ValueError):
+        return False
+
+
+def resolve_niah(model, config: NiahConfig | None = None) -> NiahConfig:
+    """`config` (default: the default grid) for `model`: with `needle_source` None, "corpus" for a model trained
+    on interp's corpus (`trained_on_corpus`), else "standard" (a new config; an explicit source is kept). The
+    library's analyses call this when they build NIAH prompts for a model themselves; so does the CLI."""
+    from dataclasses import replace
+
+    config = config or NiahConfig()
+    if config.needle_source is not None:
+        return config
+    return replace(config, needle_source="corpus" if trained_on_corpus(model) else "standard")
+
+
 def _corpus_sentences(seed: int):
     from ..corpus import make_sentence
 
@@ -222,18 +306,24 @@ def build_niah(tokenizer, config: NiahConfig) -> list[NiahSample]:
     """All samples of a NIAH grid, ordered by (context_length, depth, seed)."""
     if tokenizer is None:
         raise InvalidInputError("NIAH needs a tokenizer: this model was loaded without one")
+    from .needles import STANDARD_NEEDLES, standard_needle
+
     tok = tokenizer
     bos = _bos(tok)
-    needles = _load_needles(config.needles_file) if config.needles_file else None
+    standard = not config.needles_file and config.needle_source == "standard"
+    needles = (_load_needles(config.needles_file) if config.needles_file
+               else list(STANDARD_NEEDLES) if standard else None)
     if needles:
-        _check_needles(needles, config, config.needles_file)
+        _check_needles(needles, config, f"needles file {config.needles_file}" if config.needles_file
+                       else "the standard needle set")
     hay_units = _load_haystack_units(config.haystack_file, tok) if config.haystack_file else None
     sep_ids = _encode(tok, config.separator) if (needles or hay_units) and config.separator else []
     samples = []
     for n_ctx in config.context_lengths:
         for depth in config.depths:
             for k, seed in enumerate(config.seeds):
-                nd = needles[k % len(needles)] if needles else _corpus_needle(seed)
+                nd = (standard_needle(seed) if standard else needles[k % len(needles)] if needles
+                      else _corpus_needle(seed))
                 needle_ids = _encode(tok, nd["needle"])
                 q_ids = sep_ids + _encode(tok, nd["question"])
                 budget = n_ctx - len(bos) - len(needle_ids) - len(q_ids)
