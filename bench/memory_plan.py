@@ -84,8 +84,8 @@ def main(argv=None) -> int:
             p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--_child", json.dumps(spec)],
                                capture_output=True, text=True, check=True, env=ENV)
             got = json.loads(p.stdout.strip().splitlines()[-1])
-            plan = memory.estimate(_config(), t, a.batch, "float32", "ablate",
-                                   logits="last" if analysis == "last" else "all")
+            plan = memory.estimate(_config(), t, a.batch, "float32", "ablate",  # equal lengths: no mask
+                                   logits="last" if analysis == "last" else "all", padded=False)
             est = plan.peak - plan.weights
             rows.append({**spec, "measured_rise": got["rise"], "estimated": est, "ratio": got["rise"] / est,
                          "plan": plan.to_dict()})

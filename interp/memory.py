@@ -16,7 +16,8 @@ model dtype, L layers, H query heads, G key/value heads, d head dim, D d_model, 
 - activations: the largest transient of one layer's forward, B x T x b x (max(3 I, 5 H d + 3 G d) + 2 D)
   (MLP: gate, act(gate) and up alive together; attention: q, k, v, the roped q and k, k and v repeated to H
   heads for sdpa, the output; plus the residual stream and its normed copy), plus the 4D boolean mask
-  B x T x K; for eager attention (Gemma-2, whose softcap sdpa cannot apply) the scores B x H x T x K in b,
+  B x T x K and, for a left-padded batch (`padded`, the default), the additive mask sdpa makes of it,
+  B x T x K x b; for eager attention (Gemma-2, whose softcap sdpa cannot apply) the scores B x H x T x K in b,
   their float32 softmax and its cast back.
 - logits: B x n x V x b, n = T (all positions: greedy_decode's prefill, loss metrics), 1 (last position:
   logits_to_keep=1) or 0 (body only), with the final hidden states B x T x D x b alive at the same time. The
@@ -163,14 +164,18 @@ def _site_bytes(g: Geometry, sites, batch: int, length: int, nbytes: int) -> int
 
 def estimate(config_or_name, lengths, batch_size: int = 1, dtype="float32", analysis: str = "ablate", *,
              new_tokens: int = 0, logits: str | None = None, rows: bool | None = None, n_query: int = 1,
-             sites=None, store_dtype="float32") -> MemoryPlan | list[MemoryPlan]:
+             sites=None, store_dtype="float32", padded: bool = True) -> MemoryPlan | list[MemoryPlan]:
     """The MemoryPlan of a run of `analysis` at prompt length `lengths` (an int; a list gives one plan per
     length) with `batch_size` rows in `dtype`. `new_tokens`: decoded tokens (the KV cache and rows then span
     T + new_tokens keys). `logits` ("all", "last", "none"), `rows` (record attention rows of `n_query`
-    queries per row) and `sites` (patching's clean caches / the cache command's sites) default per analysis."""
+    queries per row) and `sites` (patching's clean caches / the cache command's sites) default per analysis.
+    `padded`: the batch is left-padded (prompts of different lengths, the analyses' case), so attention gets a
+    4D mask that sdpa turns into an additive mask in the model dtype; False for equal-length batches, where
+    transformers passes none (is_causal)."""
     if not isinstance(lengths, int):
         return [estimate(config_or_name, int(t), batch_size, dtype, analysis, new_tokens=new_tokens, logits=logits,
-                         rows=rows, n_query=n_query, sites=sites, store_dtype=store_dtype) for t in lengths]
+                         rows=rows, n_query=n_query, sites=sites, store_dtype=store_dtype, padded=padded)
+                for t in lengths]
     if analysis not in ANALYSES:
         raise InvalidInputError(f"unknown analysis {analysis!r}; choose from {', '.join(ANALYSES)}")
     if lengths < 1 or batch_size < 1 or new_tokens < 0:
@@ -190,6 +195,8 @@ def estimate(config_or_name, lengths, batch_size: int = 1, dtype="float32", anal
     kv = 2 * L * G * hd * K * B * b if sp.causal else 0
     per_tok = max(3 * g.intermediate, 5 * H * hd + 3 * G * hd) + 2 * D
     act = B * T * b * per_tok + B * T * K  # + the 4D boolean mask
+    if padded:  # sdpa's additive copy of the boolean mask (measured on CPU: +3.3 MB per row at T = K = 1024)
+        act += B * T * K * b
     if g.attn_implementation == "eager":
         act += B * H * T * K * (2 * b + 4)
         notes.append("eager attention: scores, their float32 softmax and its cast back are [batch, heads, T, K]")

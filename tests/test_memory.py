@@ -126,5 +126,5 @@ def test_estimate_matches_the_measured_peak_rss_of_a_forward(length):
                        env=memory_plan.ENV, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     rise = json.loads(p.stdout.strip().splitlines()[-1])["rise"]
-    plan = memory.estimate(memory_plan._config(), length, 2, "float32", "ablate")
+    plan = memory.estimate(memory_plan._config(), length, 2, "float32", "ablate", padded=False)  # equal lengths
     assert 0.95 <= rise / (plan.peak - plan.weights) <= 1.3, (rise, plan.to_dict())

@@ -24,10 +24,15 @@ def _heads(text):
 
 
 def _run(model, device, model_dtype, revision, device_map, max_memory, out, overwrite: bool, command: str, steps, analyse, printer,
-         as_json: bool) -> None:
+         as_json: bool, cfg=None, batch_size=None, seq_len=None, n_seqs: int = 1) -> None:
     """Load, run `analyse(model, advance)` under a progress bar of `steps(model)` steps, write <command>.json
-    and its table (the figures and index.html come from them when the run is committed), report."""
+    and its table (the figures and index.html come from them when the run is committed), report. `cfg.batch_size`
+    becomes --batch-size as planned for sequences of `seq_len(model)` tokens (every position's logits)."""
     o, m = open_run(command, out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
+    if cfg is not None:
+        from .budget import resolve
+
+        cfg.batch_size = resolve(m, batch_size, "ablate", [seq_len(m)], n_seqs, logits="all")
     prog, advance = progress_bar(steps(m), command)
     with prog:
         res = analyse(m, advance)
@@ -72,12 +77,13 @@ def detect_induction(model: Optional[str] = MODEL,
         raise InvalidInputError(f"--tokens {tokens!r}: valid are auto, vocab, corpus")
     cfg = InductionConfig(repeated=RepeatedConfig(lengths=parse_ints(lengths, "--lengths"), n_seqs=seqs, seed=seed),
                           tokens=tokens, threshold=threshold, min_copying=min_copying, max_heads=max_heads,
-                          heads=_heads(heads), mode=mode, draws=draws, seed=seed, batch_size=batch_size,
+                          heads=_heads(heads), mode=mode, draws=draws, seed=seed,
+                          batch_size=1 if batch_size == "auto" else batch_size,
                           copy_tokens=copy_tokens, embedding=embedding, n_boot=n_boot, n_perm=n_boot, sweep=sweep)
     _run(model, device, model_dtype, revision, device_map, max_memory, out, overwrite, "induction",
          lambda m: len(cfg.repeated.lengths) + 3 + draws + (m.spec.n_layers if sweep else 0),
          lambda m, advance: detect_induction_heads(m, cfg, progress=advance), _print_induction,
-         as_json)
+         as_json, cfg=cfg, batch_size=batch_size, seq_len=lambda m: 2 * max(cfg.repeated.lengths) + 1, n_seqs=seqs)
 
 
 def _print_induction(d: dict, out) -> None:
@@ -138,13 +144,14 @@ def detect_copy_suppression_cmd(model: Optional[str] = MODEL,
     from ..tasks.text import read_documents
 
     docs = tuple(read_documents(texts)) if texts else None
-    cfg = CopySuppressionConfig(n_texts=n_texts, seq_len=seq_len, texts=docs, seed=seed, batch_size=batch_size,
+    cfg = CopySuppressionConfig(n_texts=n_texts, seq_len=seq_len, texts=docs, seed=seed,
+                                batch_size=1 if batch_size == "auto" else batch_size,
                                 tokens=circuit_tokens, token_source=tokens, k=k, embedding=embedding,
                                 min_attention=min_attention,
                                 heads=_heads(heads), n_candidates=candidates, mode=mode, n_boot=n_boot)
     _run(model, device, model_dtype, revision, device_map, max_memory, out, overwrite, "copy-suppression", lambda m: 1 + n_texts,
          lambda m, advance: detect_copy_suppression(m, cfg, progress=advance),
-         _print_copy_suppression, as_json)
+         _print_copy_suppression, as_json, cfg=cfg, batch_size=batch_size, seq_len=lambda m: seq_len, n_seqs=n_texts)
 
 
 def _print_copy_suppression(d: dict, out) -> None:

@@ -84,6 +84,9 @@ def patch(model: Optional[str] = MODEL,
 
     if method not in ("exact", "path") + ATP_METHODS:
         raise InvalidInputError(f"--method {method!r}: valid methods are exact, {', '.join(ATP_METHODS)}, path")
+    if max_memory is not None and device_map is None:
+        raise InvalidInputError("patch sizes its passes by tokens (--max-batch), not by a memory budget: "
+                                "--max-memory applies with --device-map only")
     if method == "path":
         return _path(model, device, model_dtype, revision, device_map, max_memory, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders,
                      receivers, via, out, overwrite, as_json)

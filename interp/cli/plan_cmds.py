@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
+from .budget import AUTO, parse_batch_size
 from .common import dumps, finite, parse_ints
 
 _PARTS = ("weights", "kv_cache", "activations", "logits", "attention_rows", "clean_cache", "peak")
@@ -15,8 +16,8 @@ _PARTS = ("weights", "kv_cache", "activations", "logits", "attention_rows", "cle
 def plan(model: Optional[str] = typer.Option(None, "--model", "-m", help="Alias (see `interp models`), local "
                                              "checkpoint dir, or Hub id: only its config is read."),
          lengths: str = typer.Option("4096", "--lengths", help="Prompt lengths in tokens, comma-separated."),
-         batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="Check this batch size "
-                                                  "(default: auto, the largest that fits the budget)."),
+         batch_size=typer.Option("auto", "--batch-size", parser=parse_batch_size, metavar="N|auto",
+                                 help="Check this batch size, or auto: the largest that fits the budget."),
          max_batch: int = typer.Option(512, "--max-batch", min=1, help="Upper bound of the auto batch size "
                                        "(e.g. the number of prompts)."),
          analysis: str = typer.Option("ablate", "--analysis", help="detect, ablate, patch or cache: which "
@@ -51,7 +52,8 @@ def plan(model: Optional[str] = typer.Option(None, "--model", "-m", help="Alias 
     budget = int(budget_gib * 2 ** 30) if budget_gib is not None else default_budget(dev)
     kw = dict(new_tokens=new_tokens, sites=tuple(s.strip() for s in sites.split(",") if s.strip())
               if sites else None)
-    picked = batch_size or pick_batch_size(budget, name, lens, dtype, analysis, max_batch, **kw)
+    given = batch_size != AUTO
+    picked = batch_size if given else pick_batch_size(budget, name, lens, dtype, analysis, max_batch, **kw)
     plans = estimate(name, lens, picked, dtype, analysis, **kw)
     worst = max(plans, key=lambda p: p.peak)
     if worst.peak > budget:
@@ -61,7 +63,7 @@ def plan(model: Optional[str] = typer.Option(None, "--model", "-m", help="Alias 
     result = {"model": name, "analysis": analysis, "dtype": worst.dtype, "device": str(dev), "budget": budget,
               "budget_source": "--budget-gib" if budget_gib is not None else f"{SAFETY} x free memory of {dev}",
               "batch_size": picked,
-              "batch_size_source": "--batch-size" if batch_size else f"auto (at most --max-batch {max_batch})",
+              "batch_size_source": "--batch-size" if given else f"auto (at most --max-batch {max_batch})",
               "n_params": worst.n_params, "plans": [p.to_dict() for p in plans]}
     if as_json:
         typer.echo(dumps(result, indent=2))
@@ -71,7 +73,7 @@ def plan(model: Optional[str] = typer.Option(None, "--model", "-m", help="Alias 
     from .common import console
 
     t = Table(title=f"{name}: {analysis}, {worst.dtype}, batch {picked} "
-                    f"({'auto' if batch_size is None else 'given'}), budget {gib(budget)}")
+                    f"({'given' if given else 'auto'}), budget {gib(budget)}")
     t.add_column("length")
     for part in _PARTS:
         t.add_column(part, justify="right")

@@ -8,6 +8,8 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
+from .budget import experiment_batch, niah_batch
+from .budget import option as batch_option
 from .common import (dumps, final_path, finite, niah_config, niah_for_model, note_niah, out_dir, progress_bar,
                      write_result)
 
@@ -27,11 +29,13 @@ NEEDLES = typer.Option(None, "--needles", help='corpus | standard | a JSONL file
 SEPARATOR = typer.Option("\\n", "--separator", help="Inserted between haystack and question (with anything but the corpus "
                          "needles and haystack).")
 MAX_NEW = typer.Option(None, "--max-new-tokens", min=1, help="Greedy tokens to decode (default: answer length + 2).")
-BATCH = typer.Option(8, "--batch-size", min=1, help="Prompts per forward pass.")
+BATCH = batch_option(8, "Prompts")
 REVISION = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit) of a Hub id or alias.")
 DEVICE_MAP = typer.Option(None, "--device-map", help="Spread the model over devices with accelerate: auto | "
                           "balanced | balanced_low_0 | sequential (instead of --device; layers may go to CPU/disk).")
-MAX_MEMORY = typer.Option(None, "--max-memory", help="With --device-map: memory per device, e.g. 0=20GiB,1=20GiB,cpu=60GiB.")
+MAX_MEMORY = typer.Option(None, "--max-memory", help="Memory per device, e.g. 0=20GiB,1=20GiB,cpu=60GiB: with "
+                          "--device-map accelerate's placement limits; the budget of --batch-size auto (a given "
+                          "batch size is checked against it).")
 DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:1, ... (default: cuda if available).")
 DTYPE = typer.Option(None, "--model-dtype", help="float32, bfloat16, float16 (default: float32 on CPU, bf16 on CUDA).")
 OUT = typer.Option(None, "--out", "-o", help="Output directory (default: runs/<command>-<model>-<time>).")
@@ -47,9 +51,13 @@ def open_run(command: str, out, overwrite: bool, name, device, dtype, revision=N
     from ..loading import load_model
     from .common import parse_max_memory
 
+    from .budget import RUN
+
     o = out_dir(out, command, model_label(name), overwrite=overwrite)
+    mm = parse_max_memory(max_memory)
+    RUN.update(max_memory=mm, device_map=device_map)  # without a device map: --batch-size's budget only
     return o, load_model(model_label(name), device=device, dtype=dtype, revision=revision, device_map=device_map,
-                         max_memory=parse_max_memory(max_memory))
+                         max_memory=mm if device_map is not None else None)
 
 
 def model_label(name) -> str:
@@ -130,6 +138,7 @@ def detect_retrieval(model: Optional[str] = MODEL, lengths: str = LENGTHS, depth
     niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
     o, m = open_run("retrieval", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     niah = niah_for_model(m, niah)
+    batch_size = niah_batch(m, batch_size, niah, "detect")
     res, samples = _detect(m, niah, threshold, all_samples, batch_size, sink, recent, score_norm)
     _write_detection(res, samples, m, o)
     if as_json:
@@ -279,6 +288,7 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
     samples = build_niah(m.tokenizer, niah) if task is None else None  # refused prompts fail before a detection
     if task is None:
         note_niah(m, niah)
+    batch_size = experiment_batch(m, batch_size, niah, task, detecting=heads == "retrieval" and not from_dir)
     target, source, detection = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed,
                                                      n_heads)
     cfg = AblationConfig(heads=tuple(target), niah=niah, mode=mode, decode_only=decode_only, draws=draws, seed=seed,

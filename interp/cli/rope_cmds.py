@@ -8,6 +8,7 @@ import typer
 
 from ..errors import InvalidInputError
 from .common import final_path, niah_config, niah_for_model, note_niah, parse_ints, progress_bar, write_result
+from .budget import experiment_batch
 from .retrieval_cmds import (REVISION, DEVICE_MAP, MAX_MEMORY, OVERWRITE, BATCH, DEPTHS, DEVICE, DTYPE, HAYSTACK, JSON, LENGTHS, MAX_NEW, MODEL, NEEDLES, OUT,
                              SEEDS, SEPARATOR, THRESHOLD, CSV, HEADS_HELP, METRIC, PROMPTS, open_run, experiment_grid, prompt_task, resolve_target_heads,
                              write_task_prompts)
@@ -58,6 +59,7 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
     samples = build_niah(m.tokenizer, niah) if task is None else None  # refused prompts fail before a detection
     if task is None:
         note_niah(m, niah)
+    batch_size = experiment_batch(m, batch_size, niah, task, detecting=heads == "retrieval" and not from_dir)
     target, source, _ = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed)
     cfg = RopeZeroConfig(heads=tuple(target), niah=niah, band=band,
                          doses=doses, unit=unit, side=side, random_draws=random_draws, head_draws=head_draws,
@@ -121,6 +123,10 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
         niah = niah_for_model(m, niah)
         build_niah(m.tokenizer, niah)  # refused prompts fail before the detection
         note_niah(m, niah)
+    from .budget import niah_batch, resolve
+
+    batch_size = min(niah_batch(m, batch_size, niah, "detect") if heads == "retrieval" and not from_dir else 1 << 30,
+                     resolve(m, batch_size, "ablate", [n_tokens], n_texts, logits="all"))
     target, source, _ = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed)
     cfg = RopeProfileConfig(retrieval_heads=tuple(target), heads_source=source, n_texts=n_texts, n_tokens=n_tokens,
                             seed=seed, statistic=statistic, batch_size=batch_size)

@@ -10,6 +10,7 @@ import typer
 
 from ..errors import InvalidInputError
 from .retrieval_cmds import DEVICE_MAP, MAX_MEMORY, REVISION
+from .budget import option as batch_option
 from .common import dumps, out_dir, parse_ints, progress_bar, write_json, write_result
 
 MODEL = typer.Option(None, "--model", "-m", help="Alias, checkpoint dir or Hub id with a tokenizer (default: the "
@@ -18,7 +19,7 @@ DATA = typer.Option(None, "--data", help="A .jsonl file (one object per line, te
                     "(one text per non-empty line), or 'corpus' (default: interp's corpus generator, held-out seeds).")
 N_SEQ = typer.Option(None, "--n-sequences", "-n", min=1, help="Texts to use (corpus default 512; files: all).")
 MAX_LEN = typer.Option(128, "--max-length", min=2, help="Tokens per sequence (longer texts are truncated).")
-BATCH = typer.Option(16, "--batch-size", min=1, help="Sequences per forward pass.")
+BATCH = batch_option(16, "Sequences")
 DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:1, ... (default: cuda if available).")
 MODEL_DTYPE = typer.Option(None, "--model-dtype", help="float32, bfloat16, float16 (default: float32 on CPU).")
 JSON = typer.Option(False, "--json", help="Print the result JSON on stdout.")
@@ -41,10 +42,23 @@ def _load(name: Optional[str], device, dtype, revision=None, device_map=None, ma
 
     from .retrieval_cmds import _model_name
 
+    from .budget import RUN
     from .common import parse_max_memory
 
+    mm = parse_max_memory(max_memory)
+    RUN.update(max_memory=mm, device_map=device_map)  # without a device map: --batch-size's budget only
     return load_model(_model_name(name, _default_text_model), device=device, dtype=dtype, revision=revision,
-                      device_map=device_map, max_memory=parse_max_memory(max_memory))
+                      device_map=device_map, max_memory=mm if device_map is not None else None)
+
+
+def _cache_batch(m, batch_size, cfg) -> int:
+    """--batch-size of a cache run, planned (`auto`) or checked against --max-memory: `max_length` tokens per
+    sequence, the sites' activations in the model's and the store's dtype."""
+    from ..memory import SITE_KINDS
+    from .budget import resolve
+
+    kinds = tuple(dict.fromkeys(next((p for p in s.split(".") if p in SITE_KINDS), "resid") for s in cfg.sites))
+    return resolve(m, batch_size, "cache", [cfg.max_length], cfg.shard_sequences, sites=kinds, store_dtype=cfg.dtype)
 
 
 def _data(data: Optional[str], n: Optional[int], text_key: str, seed: int = 0):
@@ -85,13 +99,14 @@ def cache(model: Optional[str] = MODEL,
 
     cfg = CacheConfig(sites=tuple(s.strip() for s in sites.split(",") if s.strip()),
                       layers=parse_ints(layers, "--layers") if layers else None, max_length=max_length,
-                      batch_size=batch_size, shard_sequences=shard_size, dtype=dtype)
+                      batch_size=1 if batch_size == "auto" else batch_size, shard_sequences=shard_size, dtype=dtype)
     from .. import distributed
     from .common import echo
 
     d = _data(data, n_sequences, text_key, seed)
     distributed.init()  # under torchrun: shards dealt out over the ranks, rank 0 writes the manifest
     m = _load(model, device, model_dtype, revision, device_map, max_memory)
+    cfg.batch_size = _cache_batch(m, batch_size, cfg)
     store = _cache(m, d, Path(out), cfg, overwrite)
     summary = {"store": str(store.path), "model": m.name, "sites": store.sites, "n_tokens": store.n_tokens,
                "n_sequences": store.n_sequences, "shards": len(store.shards), "complete": store.complete,
@@ -132,6 +147,9 @@ def probe(model: Optional[str] = MODEL,
                        pos_dims=pos_dims, seed=seed, heads=heads)
     ccfg = None
     if store is not None:
+        if max_memory is not None and device_map is None:
+            raise InvalidInputError("with --store nothing is cached: --max-memory (the batch-size budget) applies "
+                                    "with --device-map only")
         if data is not None or n_sequences is not None:
             raise InvalidInputError("--data/--n-sequences describe what to cache; with --store the store's data is used")
         st = open_store(store)
@@ -143,7 +161,8 @@ def probe(model: Optional[str] = MODEL,
     else:
         m = _load(model, device, model_dtype, revision, device_map, max_memory)
         d = _data(data, n_sequences, text_key, seed)
-        ccfg = CacheConfig(sites=("resid",), max_length=max_length, batch_size=batch_size)
+        ccfg = CacheConfig(sites=("resid",), max_length=max_length, batch_size=1 if batch_size == "auto" else batch_size)
+        ccfg.batch_size = _cache_batch(m, batch_size, ccfg)
         if pcfg.sites:  # checked against what will be cached, before any caching
             from ..store.cache import resolve_sites
 
