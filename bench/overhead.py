@@ -36,6 +36,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import proc_kib as _proc_kib, sync  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 GiB = 1024 ** 3
@@ -75,19 +78,6 @@ def make_hf(attn: str, device: str, dtype: str, seed: int = 0, overrides: dict |
     return hf.to(device).eval()
 
 
-def sync(device: str):
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.synchronize()
-
-
-def _proc_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
 class PeakMemory:
@@ -204,12 +194,14 @@ def child_main(spec: dict) -> None:
                                   "out_shape": shape}))
 
 
-def run_child(spec: dict, timeout: float, script: str | Path = __file__) -> dict:
-    """Run `script --_child SPEC` in a fresh process; its `RESULT {json}` line, or {"error": ...}."""
+def run_child(spec: dict, timeout: float, script: str | Path = __file__, env: dict | None = None) -> dict:
+    """Run `script --_child SPEC` in a fresh process (environment `env`, default: this one with OMP threads
+    from the spec); its `RESULT {json}` line, or {"error": ...}."""
     cmd = [sys.executable, str(Path(script).resolve()), "--_child", json.dumps(spec)]
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    if spec["threads"] > 0:
-        env["OMP_NUM_THREADS"] = str(spec["threads"])
+    if env is None:
+        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+        if spec["threads"] > 0:
+            env["OMP_NUM_THREADS"] = str(spec["threads"])
     try:
         p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:

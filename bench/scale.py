@@ -36,6 +36,7 @@ Ratios and targets (issue 16): ablate/plain time <= 1.05; rows/plain time <= 1.2
 detect/greedy time <= 1.3; planner within 30% of the measured peak.
 
 Usage: python bench/scale.py [--quick] [--device cpu|cuda] [--lengths 4096,8192] [--repeats 3] [--repeats-long N]
+       [--interleave ROUNDS [--interleave-length T]]   (plain/ablate/greedy/detect round-robin in one process)
 (on 1 CPU core a plain forward is ~20 s at 4096 and ~47 s at 8192: the default full run takes ~20 minutes;
 --quick (512,1024, 1 repeat) about 4. Time ratios across subprocesses are sensitive to other load on the machine:
 each measurement records the load average before and after.)
@@ -54,6 +55,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import proc_kib as _proc_kib, sync  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -118,19 +122,6 @@ def elem_bytes(name: str) -> int:
     return {"float32": 4, "bfloat16": 2, "float16": 2}[name]
 
 
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.synchronize()
-
-
-def _proc_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(field)
 
 
 def ablated_heads(seed: int = 7) -> list[tuple[int, int]]:
@@ -273,6 +264,9 @@ def child_main(spec: dict) -> None:
     if spec["mode"] == "check":
         print("RESULT " + json.dumps(sanity(spec)))
         return
+    if spec["mode"] == "interleave":
+        print("RESULT " + json.dumps(interleave(spec)))
+        return
     device, T = spec["device"], spec["length"]
     run, _ = make_runner(spec)
     g = torch.Generator().manual_seed(1234)
@@ -324,6 +318,46 @@ def child_main(spec: dict) -> None:
     print("RESULT " + json.dumps(res))
 
 
+INTERLEAVED = ("plain", "ablate", "greedy", "detect")
+
+
+def interleave(spec: dict) -> dict:
+    """Time ratios in one process: plain and greedy on one plain HF copy, ablate and detect on an interp.Model of
+    a second copy (same seed, same weights), run round-robin for `rounds` rounds (the order rotating each round)
+    after a warm-up of each, so other load on the machine hits every mode alike. Ratios of medians and of mins."""
+    import torch
+
+    device, T = spec["device"], spec["length"]
+    import interp
+
+    hf_plain = build(spec, "sdpa")
+    model = interp.Model(build(spec, "sdpa"), None, name="random-qwen2.5-7b-geometry-2L")  # one wrapper, both modes
+    runs = {m: make_runner({**spec, "mode": m}, hf=hf_plain if m in ("plain", "greedy") else model)[0]
+            for m in INTERLEAVED}
+    g = torch.Generator().manual_seed(1234)
+    ids = torch.randint(0, CONFIG["vocab_size"], (1, T), generator=g).to(device)
+    warm = torch.randint(0, CONFIG["vocab_size"], (1, spec["warmup_tokens"]), generator=g).to(device)
+    for m in INTERLEAVED:
+        runs[m](warm)
+    times = {m: [] for m in INTERLEAVED}
+    for r in range(spec["rounds"]):
+        order = INTERLEAVED[r % len(INTERLEAVED):] + INTERLEAVED[:r % len(INTERLEAVED)]
+        for m in order:
+            gc.collect()
+            sync(device)
+            t0 = time.perf_counter()
+            runs[m](ids)
+            sync(device)
+            times[m].append(time.perf_counter() - t0)
+    med = {m: statistics.median(v) for m, v in times.items()}
+    mins = {m: min(v) for m, v in times.items()}
+    return {"length": T, "rounds": spec["rounds"], "times_s": times,
+            "ablate/plain time": {"ratio": med["ablate"] / med["plain"], "ratio_min": mins["ablate"] / mins["plain"],
+                                  "target": TARGETS["ablate/plain time"]},
+            "detect/greedy time": {"ratio": med["detect"] / med["greedy"],
+                                   "ratio_min": mins["detect"] / mins["greedy"], "target": TARGETS["detect/greedy time"]}}
+
+
 def sanity(spec: dict) -> dict:
     """At a short length, in one process: interp without intervention == plain HF (bit-identical logits); the
     ablation moves the logits; interp's rows == eager's output_attentions rows; detect's tokens == greedy's."""
@@ -354,18 +388,9 @@ def sanity(spec: dict) -> dict:
 
 
 def run_child(spec: dict, timeout: float) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--_child", json.dumps(spec)]
-    try:
-        p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout,
-                           env=child_env(spec["threads"]))
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f}s"}
-    for line in p.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
-    tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
-    reason = "killed (out of memory?)" if p.returncode in (-9, 137) else f"exit {p.returncode}"
-    return {"error": f"{reason}: {' | '.join(tail)}"}
+    from overhead import run_child as run
+
+    return run(spec, timeout, script=__file__, env=child_env(spec["threads"]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -481,6 +506,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-check", action="store_true", help="skip the short-length sanity check")
     ap.add_argument("--quick", action="store_true", help="lengths 512,1024, 1 repeat: a development iteration")
     ap.add_argument("--out", default=None, help="JSON path (default bench/results/scale-<device>.json)")
+    ap.add_argument("--interleave", type=int, default=0, metavar="ROUNDS",
+                    help="also time plain/ablate/greedy/detect round-robin in one process, ROUNDS rounds, at "
+                         "--interleave-length (the steadier time ratios on a shared machine)")
+    ap.add_argument("--interleave-length", type=int, default=None, help="default: the first of --lengths")
     ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args._child is not None:
@@ -549,6 +578,17 @@ def main(argv=None) -> int:
                        f"->{e['loadavg_after']:.1f}")
             print(f"  [T {T:>5}] {mode:<6} {msg}", flush=True)
 
+    interleaved = None
+    if args.interleave:
+        T = args.interleave_length or args.lengths[0]
+        interleaved = run_child({**base, "mode": "interleave", "length": T, "rounds": args.interleave,
+                                 "max_len": max(max_len, T)}, args.child_timeout)
+        for k in ("ablate/plain time", "detect/greedy time"):
+            if k in interleaved:
+                r = interleaved[k]
+                r["met"] = r["ratio"] <= r["target"]
+                print(f"  interleaved at {T} ({args.interleave} rounds): {k} {r['ratio']:.3f} (of mins "
+                      f"{r['ratio_min']:.3f}), target <= {r['target']}", flush=True)
     by = {(e["length"], e["mode"]): e for e in measurements}
     ratios = {str(T): ratios_of(by, T) for T in args.lengths}
     for T in args.lengths:
@@ -583,6 +623,7 @@ def main(argv=None) -> int:
         "weights_bytes": measurements[0]["weights_bytes"] if measurements else None,
         "mem_method": measured[0]["mem_method"] if measured else None,
         "sanity": sanity_res, "measurements": measurements, "ratios": ratios, "planner": planner,
+        "interleaved": interleaved,
     }
     res["total_wall_s"] = time.perf_counter() - t_start
     print_report(res)

@@ -104,3 +104,14 @@ def test_head_ablation_equals_a_hook_on_the_output_projection(family, gqa, dtype
     assert (got - ref).abs().max().item() <= TOL[dtype]["ablate"]
     unablated = model.forward(x).float()
     assert (unablated - got).abs().max().item() > 2 * TOL[dtype]["ablate"]  # the ablation did something
+
+
+def test_default_dtype_is_bf16_on_gpus_and_float32_on_cpu():
+    """The choice load_model makes when no dtype is given (CUDA itself is not needed to test the rule)."""
+    from interp.loading import default_dtype
+
+    assert default_dtype(torch.device("cuda", 0)) is torch.bfloat16
+    assert default_dtype(torch.device("cpu")) is torch.float32
+    assert default_dtype(None, "auto", cuda_available=True) is torch.bfloat16
+    assert default_dtype(None, "auto", cuda_available=False) is torch.float32
+    assert next(interp.load_model("tiny-random-llama", device="cpu").hf.parameters()).dtype is torch.float32

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The prepared GPU check (issue 16 part 5): one script, under 8 minutes on one GPU, that writes every number
+# it measures under $OUT (default bench/results/gpu/). Run it from the repository root in an environment that
+# has a CUDA build of torch and interp installed (`pip install -e ".[dev]"` with your torch kept):
+#
+#     bash bench/gpu_check.sh                 # or: PY=/path/to/python OUT=/tmp/gpu bash bench/gpu_check.sh
+#
+# Steps (each under its own time limit; a failing step is recorded and the next one still runs):
+#   1. parity on CUDA in float32 and bfloat16 (tests/test_parity_device.py; its docstring states the
+#      bf16 tolerances): logits, attention rows vs eager weights, head ablation vs a hook reference
+#   2. bench/scale.py on the GPU: the Qwen2.5-7B-geometry rehearsal model at 4K-32K tokens, bf16
+#   3. bench/overhead.py on the GPU: interp's wrapper and interventions vs plain transformers
+#   4. a sharded sweep: torchrun with 2 ranks on this GPU (nccl + gloo) vs one process, same result
+# The memory planner is checked against torch.cuda.max_memory_allocated inside step 2 (scale.py's JSON has
+# measured/estimated per mode). The limits add up to 470 s.
+# Results: $OUT/steps.jsonl (one line per step: name, exit code, seconds), $OUT/*.log, $OUT/*.json.
+# Status: prepared and syntax-checked (bash -n); NOT yet run on a GPU (no GPU was available when written).
+set -u
+PY=${PY:-.venv/bin/python}
+OUT=${OUT:-bench/results/gpu}
+DEVICE=${DEVICE:-cuda}  # DEVICE=cpu: a dry run of the script itself (quick benches, CPU parity in bf16)
+QUICK=(); [ "$DEVICE" = cpu ] && QUICK=(--quick)
+mkdir -p "$OUT"
+: > "$OUT/steps.jsonl"
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+
+step() {  # step NAME LIMIT_SECONDS COMMAND...
+    local name=$1 limit=$2; shift 2
+    local t0; t0=$(date +%s)
+    echo "== $name (limit ${limit}s): $*"
+    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+    local rc=$?
+    echo "{\"step\": \"$name\", \"rc\": $rc, \"seconds\": $(( $(date +%s) - t0 ))}" | tee -a "$OUT/steps.jsonl"
+    tail -n 5 "$OUT/$name.log"
+}
+
+{ nvidia-smi || true; "$PY" -c "import torch, transformers, interp; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
+'gpu', torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, 'transformers', transformers.__version__, 'interp', interp.__version__)"; } \
+    > "$OUT/device.txt" 2>&1
+cat "$OUT/device.txt"
+
+step parity 75 env INTERP_TEST_DEVICE="$DEVICE" INTERP_TEST_DTYPES=float32,bfloat16 \
+    "$PY" -m pytest -q tests/test_parity_device.py --junitxml "$OUT/parity.xml"
+
+if [ "$DEVICE" = cpu ]; then LENGTHS=(--lengths 512 --modes plain,ablate,greedy,detect); else LENGTHS=(--lengths 4096,8192,16384,32768 --repeats 3); fi
+step scale 200 "$PY" bench/scale.py --device "$DEVICE" "${LENGTHS[@]}" "${QUICK[@]}" --out "$OUT/scale-$DEVICE.json"
+
+step overhead 80 "$PY" bench/overhead.py --device "$DEVICE" "${QUICK[@]}" --out "$OUT/overhead-$DEVICE.json"
+
+SWEEP=(detect retrieval --model tiny-qwen2 --device "$DEVICE" --lengths 512,1024 --n-seeds 4 --batch-size 4)
+rm -rf "$OUT/sweep-1" "$OUT/sweep-2"
+step sweep-1 40 "$(dirname "$PY")/interp" "${SWEEP[@]}" --out "$OUT/sweep-1"
+step sweep-2 60 "$(dirname "$PY")/torchrun" --nproc-per-node 2 --no-python "$(dirname "$PY")/interp" "${SWEEP[@]}" \
+    --out "$OUT/sweep-2"
+step sweep-compare 15 "$PY" - "$OUT" <<'EOF'
+import json, sys
+out = sys.argv[1]
+a, b = (json.load(open(f"{out}/sweep-{n}/retrieval.json")) for n in (1, 2))
+pa, pb = a.pop("provenance"), b.pop("provenance")
+same = a == b
+close = a["heads"] == b["heads"] and max(abs(x - y) for ra, rb in zip(a["scores"], b["scores"])
+                                           for x, y in zip(ra, rb)) <= 1e-6
+print(json.dumps({"identical": same, "same_heads_scores_1e-6": close, "world_size": pb["world_size"],
+                  "sweep": json.load(open(f"{out}/sweep-2/run.json"))["sweep"]}))
+sys.exit(0 if close else 1)
+EOF
+
+echo "== done: $OUT/steps.jsonl"
+cat "$OUT/steps.jsonl"
