@@ -55,6 +55,7 @@ _EXPORTS = {
     "run_patching": "patching",
     "run_attribution": "patching",
     "niah_pairs": "patching",
+    "ioi_pairs": "patching",
     "repeated_pairs": "patching",
     "read_pairs": "patching",
     # activation store and probes

@@ -20,7 +20,8 @@ EXAMPLES = {
                "interp ablate --model qwen2.5-7b --heads retrieval --lengths 32768 --batch-size auto"],
     "patch": ["interp patch --model tiny-llama --task niah --site head_out,resid_pre --positions=-1",
               "interp patch --model tiny-llama --task repeated --method atp-qk --site head_out,q,k",
-              "interp patch --model tiny-llama --method path --senders L0H0 --receivers L1H1 --via k"],
+              "interp patch --model tiny-llama --method path --senders L0H0 --receivers L1H1 --via k",
+              "interp patch --model tiny-qwen2 --task ioi --n-pairs 32 --site resid_pre,head_out --positions=-1"],
     "rope-zero": ["interp rope-zero --heads retrieval --from runs/ret --dims 0,8,16,32",
                   "interp rope-zero --heads L2H4 --band highest --side both --prompts prompts.jsonl"],
     "rope-profile": ["interp rope-profile --heads retrieval --from runs/ret",
@@ -31,7 +32,8 @@ EXAMPLES = {
     "plan": ["interp plan --model qwen2.5-7b --lengths 4096,8192 --model-dtype bf16 --device cpu",
              "interp plan -m gemma-2-9b --lengths 8192 --analysis detect --batch-size 4 --budget-gib 80 --json"],
     "report": ["interp report runs/demo", "interp report runs/*/"],
-    "organisms": ["interp organisms eval tiny-qwen2", "interp organisms build tiny-llama --threads 2"],
+    "organisms": ["interp organisms eval tiny-qwen2", "interp organisms eval tiny-llama --no-write",
+                  "interp organisms build tiny-llama --threads 2"],
 }
 
 

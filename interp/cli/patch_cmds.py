@@ -10,11 +10,11 @@ from ..errors import InvalidInputError
 from .common import dumps, final_path, parse_ints, progress_bar, write_result
 from .retrieval_cmds import REVISION, DEVICE_MAP, MAX_MEMORY, DEVICE, DTYPE, JSON, MODEL, OUT, OVERWRITE, open_run
 
-TASKS = ("niah", "repeated")
+TASKS = ("niah", "repeated", "ioi")
 
 
-def _pairs(m, pairs_file, task, lengths, depths, seeds, copy_length, seed):
-    from ..patching import niah_pairs, read_pairs, repeated_pairs
+def _pairs(m, pairs_file, task, lengths, depths, seeds, copy_length, seed, n_pairs=32):
+    from ..patching import ioi_pairs, niah_pairs, read_pairs, repeated_pairs
     from .common import niah_config, niah_for_model
 
     if pairs_file is not None and task is not None:
@@ -30,6 +30,9 @@ def _pairs(m, pairs_file, task, lengths, depths, seeds, copy_length, seed):
         # the corpus needles on every model: value patching swaps their one-token code word
         niah = niah_for_model(m, niah_config(lengths, depths, seeds, None, "corpus", "\\n", None), decode=False)
         return niah_pairs(m.tokenizer, niah, seed)
+    if task == "ioi":
+        # held-out names x held-out templates of interp.corpus.ioi; both names replaced in the corrupt prompt
+        return ioi_pairs(m.tokenizer, n=n_pairs, seed=seed)
     return repeated_pairs(m, length=copy_length, n=seeds, seed=seed)
 
 
@@ -39,7 +42,8 @@ def patch(model: Optional[str] = MODEL,
                                               "tokenise to the same length."),
           task: Optional[str] = typer.Option(None, "--task", help="Built-in pairs instead of --pairs: niah (needle "
                                              "value replaced; the default) | repeated (first copy corrupted at one "
-                                             "position: induction)."),
+                                             "position: induction) | ioi (indirect object identification: both "
+                                             "names replaced by two others; held-out names and templates)."),
           site: str = typer.Option("resid_pre", "--site", help="Comma-separated: resid_pre, resid_post, attn_out, "
                                    "mlp_out (layer x position); head_out (layer x head, all positions); "
                                    "head_out_by_pos (layer x position x head); q (query heads); k, v (key-value "
@@ -49,7 +53,8 @@ def patch(model: Optional[str] = MODEL,
           metric: str = typer.Option("logit_diff", "--metric", help="logit_diff (answer - wrong) | logprob (answer)."),
           raw: bool = typer.Option(False, "--raw", help="Report the raw metric, not (patched - base) / (donor - base)."),
           align: str = typer.Option("end", "--align", help="Position axis: end (-1 = last token) | anchor (0 = each "
-                                    "pair's anchor: the needle value (niah), the corrupted token (repeated))."),
+                                    "pair's anchor: the needle value (niah), the corrupted token (repeated), the "
+                                    "indirect object's first mention (ioi))."),
           positions: Optional[str] = typer.Option(None, "--positions", help="Only these positions of the axis, e.g. "
                                                   "-1 or -3,-2,-1 (default: all)."),
           max_batch: Optional[int] = typer.Option(None, "--max-batch", min=1, help="(pair, cell) rows per forward pass "
@@ -58,6 +63,7 @@ def patch(model: Optional[str] = MODEL,
           depths: str = typer.Option("0.25,0.5,0.75", "--depths", help="niah: needle depths."),
           seeds: int = typer.Option(3, "--n-seeds", min=1, help="niah: seeds per (length, depth); repeated: sequences."),
           copy_length: int = typer.Option(20, "--copy-length", min=2, help="repeated: tokens per copy."),
+          n_pairs: int = typer.Option(32, "--n-pairs", min=1, help="ioi: clean/corrupt pairs."),
           seed: int = typer.Option(0, "--seed", help="Seed of the built-in pairs and the bootstrap."),
           n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Bootstrap resamples (over pairs) per cell."),
           method: str = typer.Option("exact", "--method", help="exact (one patched row per cell) | atp (attribution "
@@ -89,9 +95,9 @@ def patch(model: Optional[str] = MODEL,
                                 "--max-memory applies with --device-map only")
     if method == "path":
         return _path(model, device, model_dtype, revision, device_map, max_memory, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders,
-                     receivers, via, out, overwrite, as_json)
+                     receivers, via, out, overwrite, as_json, n_pairs)
     o, m = open_run("patch", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
-    ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed)
+    ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed, n_pairs)
     prog, advance = progress_bar(None, "patching rows")
     with prog:
         if method == "exact":
@@ -111,7 +117,7 @@ def patch(model: Optional[str] = MODEL,
 
 
 def _path(model, device, model_dtype, revision, device_map, max_memory, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders, receivers, via,
-          out, overwrite, as_json) -> None:
+          out, overwrite, as_json, n_pairs=32) -> None:
     from ..patching.path import VIAS, run_path_patching
     from ..types import as_heads
 
@@ -121,7 +127,7 @@ def _path(model, device, model_dtype, revision, device_map, max_memory, pairs, t
         raise InvalidInputError("--method path needs --senders, e.g. --senders L0H0")
     snd, rcv = as_heads(senders), as_heads(receivers or "")
     o, m = open_run("patch", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
-    ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed)
+    ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed, n_pairs)
     res = run_path_patching(m, ps, snd, rcv, via=via, config=cfg)
     write_result(res, o, "path_patching", as_json)
     if as_json:

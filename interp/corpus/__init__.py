@@ -32,6 +32,8 @@ says which of the 55 code words is the answer (names and towns do occur in fille
 Public helpers for the NIAH harness: :func:`make_haystack`, :func:`make_needle`
 (:func:`make_needle_full` for the key/value too), :func:`make_niah_prompt`,
 :func:`niah_pieces` (tagged pieces, for token-level spans) and :func:`heldout_seed`.
+IOI prompts (indirect-object identification, with fixed train / held-out splits of names and
+templates): :mod:`.ioi` (:func:`ioi_prompts`, :func:`ioi_split`, :func:`ioi_doc`).
 
 Seeds: integer seeds in ``[HELDOUT_SEED_MIN, HELDOUT_SEED_MAX)`` are reserved
 for evaluation.  Training never uses integer seeds: it draws every sequence from
@@ -50,6 +52,7 @@ from .documents import (
     salad_doc,
     sample_text,
 )
+from .ioi import IOIPrompt, IOISplit, ioi_doc, ioi_prompts, ioi_split
 from .prose import (
     ADJECTIVES,
     ANIMALS,
@@ -82,8 +85,9 @@ from .prose import (
 
 __all__ = [
     "ADJECTIVES", "ANIMALS", "CODE_WORDS", "COLORS", "DAYS", "DOC_BUILDERS", "HELDOUT_SEED_MAX",
-    "HELDOUT_SEED_MIN", "NAMES", "NEEDLE_ADJECTIVES", "NEEDLE_NOUNS", "NOUNS", "PLACES", "TIMES", "VERBS",
-    "Needle", "Piece", "RngLike", "as_rng", "filler_doc", "heldout_seed", "induction_doc", "list_doc",
-    "make_haystack", "make_needle", "make_needle_full", "make_niah_prompt", "make_sentence",
-    "make_sentences", "needle_doc", "niah_pieces", "recall_doc", "salad_doc", "sample_text", "train_rng",
+    "HELDOUT_SEED_MIN", "IOIPrompt", "IOISplit", "NAMES", "NEEDLE_ADJECTIVES", "NEEDLE_NOUNS", "NOUNS", "PLACES",
+    "TIMES", "VERBS", "Needle", "Piece", "RngLike", "as_rng", "filler_doc", "heldout_seed", "induction_doc",
+    "ioi_doc", "ioi_prompts", "ioi_split", "list_doc", "make_haystack", "make_needle", "make_needle_full",
+    "make_niah_prompt", "make_sentence", "make_sentences", "needle_doc", "niah_pieces", "recall_doc", "salad_doc",
+    "sample_text", "train_rng",
 ]

@@ -18,7 +18,7 @@ Analyses (ablation, rope_zero, induction) are short functions on top of this; so
 
 from .compare import Comparison, ConditionStats, compare
 from .conditions import Condition, Controls, baseline, head_ablation, random_head_controls
-from .heads import HeadSelection, WriteNorms, resolve_heads, write_norms
+from .heads import HeadSelection, WriteNorms, control_write_strength, resolve_heads, write_norms
 from .means import mean_head_outputs, reference_means
 from .runner import Outcomes, run_conditions
 from .tasks import (NiahOutcome, NiahTask, PromptItem, PromptTask, RepeatedTask, Task, read_prompts, run_niah,
@@ -26,5 +26,5 @@ from .tasks import (NiahOutcome, NiahTask, PromptItem, PromptTask, RepeatedTask,
 
 __all__ = ["Comparison", "Condition", "ConditionStats", "Controls", "HeadSelection", "NiahOutcome", "NiahTask",
            "Outcomes", "PromptItem", "PromptTask", "RepeatedTask", "Task", "WriteNorms", "baseline", "compare",
-           "head_ablation", "mean_head_outputs", "random_head_controls", "read_prompts", "reference_means",
-           "resolve_heads", "run_conditions", "run_niah", "text_items", "write_norms"]
+           "control_write_strength", "head_ablation", "mean_head_outputs", "random_head_controls", "read_prompts",
+           "reference_means", "resolve_heads", "run_conditions", "run_niah", "text_items", "write_norms"]

@@ -16,6 +16,18 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _count(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"{v} is below the minimum {minimum}")
+        return v
+    return parse
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = _Parser(prog="python -m interp.organisms")
@@ -31,12 +43,18 @@ def main(argv=None) -> int:
                    help="override one config field (a variant build), e.g. --set heads=16")
     b.add_argument("--snapshots", action="store_true",
                    help="also save the model at the end of each curriculum phase")
-    e = sub.add_parser("eval", help="measure NIAH recall and copy loss; update the card")
+    e = sub.add_parser("eval", help="measure NIAH recall, copy loss (corpus and random ids), IOI and control "
+                       "strength; update the card")
     e.add_argument("name", help="organism name or checkpoint directory")
     e.add_argument("--lengths", type=int, nargs="*", default=None)
     e.add_argument("--n-per-cell", type=int, default=20)
     e.add_argument("--threads", type=int, default=1)
-    e.add_argument("--no-write", action="store_true")
+    e.add_argument("--no-write", action="store_true",
+                   help="print the numbers only; organism.json and the model cards are left as they are")
+    e.add_argument("--ioi-prompts", type=_count(1), default=None, metavar="N",
+                   help="IOI prompts (held-out names x held-out templates; default 192)")
+    e.add_argument("--control-draws", type=_count(0), default=None, metavar="N",
+                   help="layer-matched random control draws for the control-strength check (default 10; 0 skips it)")
     args = ap.parse_args(argv)
     command = "python -m interp.organisms " + " ".join(shlex.quote(a) for a in argv)
 
@@ -74,9 +92,19 @@ def main(argv=None) -> int:
         print(f"error: no organism {args.name!r} (no config.json in {path}); built: {', '.join(built) or 'none'}; "
               "build one with `interp organisms build NAME`", file=sys.stderr)
         return 2
+    from .evaluate import CONTROL_DRAWS, IOI_PROMPTS
+
     res = evaluate(path, lengths=args.lengths, n_per_cell=args.n_per_cell, threads=args.threads,
-                   write=not args.no_write, command=command)
-    print(f"NIAH recall {res['niah']['recall']:.3f}; copy gap {res['copy']['gap_nats']:.3f} nats")
+                   write=not args.no_write, command=command,
+                   ioi_prompts=IOI_PROMPTS if args.ioi_prompts is None else args.ioi_prompts,
+                   control_draws=CONTROL_DRAWS if args.control_draws is None else args.control_draws)
+    rid, ioi = res["random_id_copy"], res["ioi"]
+    print(f"NIAH recall {res['niah']['recall']:.3f}; copy gap {res['copy']['gap_nats']:.3f} nats; random-id copy "
+          f"first {rid['first_copy_loss']:.2f} / second {rid['second_copy_loss']:.2f} / gap {rid['gap_nats']:.2f} nats "
+          f"(uniform {rid['uniform_loss']:.2f}); IOI logit diff {ioi['logit_diff']['mean']:+.2f}, accuracy "
+          f"{ioi['accuracy']:.2f}" + (f"; control sets >= {res['controls']['min_rel']}x median: "
+                                      f"{res['controls']['strong_sets']} of {res['controls']['distinct_sets']} distinct"
+                                      if "controls" in res else ""))
     return 0
 
 

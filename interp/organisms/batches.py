@@ -84,6 +84,16 @@ class Packer:
                 self._cache[text] = c
         return c
 
+    def ids_doc(self, r: random.Random, budget: int) -> tuple[list[int], list[str]]:
+        """(c) ids drawn uniformly from the whole vocabulary (10 .. V-10, the random-id copy evaluation's
+        range) repeated verbatim 2-4 times: copying that does not depend on familiar tokens, and a calibrated
+        first copy (the next id of a random string is uniform)."""
+        reps = r.choice((2, 3, 4))
+        n = max(1, budget // reps)
+        v = self.tok.get_vocab_size()
+        run = [r.randrange(10, v - 10) for _ in range(n)]
+        return run * reps, ["text"] * n + ["copy"] * (n * (reps - 1))
+
     def sequence(self, r: random.Random, length: int) -> tuple[list[int], list[str]]:
         """``length + 1`` token ids (starting with BOS) and their tags."""
         ids, tags = [self.bos], ["text"]
@@ -93,6 +103,13 @@ class Packer:
             if rem < 8:
                 break
             kind = r.choices(self.kinds, self.probs)[0]
+            if kind == "ids":
+                frac = max(r.random(), r.random()) if first else r.random()
+                d_ids, d_tags = self.ids_doc(r, max(8, int(rem * frac)) if rem > 48 else rem)
+                first = False
+                ids += d_ids[:rem] + [self.eos]
+                tags += d_tags[:rem] + ["text"]
+                continue
             if kind in ("needle", "induction", "salad", "tokens"):
                 frac = max(r.random(), r.random()) if first else r.random()
                 budget = max(8, int(rem * frac)) if rem > 48 else rem

@@ -64,9 +64,66 @@ def _metrics_lines(ev) -> list[str]:
         f"twice): first-copy loss {c['first_copy_loss']:.3f} nats, second-copy loss "
         f"{c['second_copy_loss']:.3f} nats, **gap {c['gap_nats']:.3f} nats** (target >= "
         f"{ev['targets']['copy_gap_nats']}: {'met' if ev['met']['copy_gap_nats'] else 'NOT met'})."),
+    ]
+    lines += _v2_lines(ev)
+    lines += [
         "",
         f"Measured with: `{ev['command']}` ({ev['eval_seconds']:.0f} s on one CPU thread).",
     ]
+    return lines
+
+
+def _met(ev, key) -> str:
+    return "met" if ev.get("met", {}).get(key) else "NOT met"
+
+
+def _without_bos(r) -> str:
+    w = r.get("without_bos")
+    if not w:
+        return ""
+    return (f" The same sequences without `<s>` (never seen in training): first {w['first_copy_loss']:.3f}, "
+            f"second {w['second_copy_loss']:.3f}, gap {w['gap_nats']:.3f} nats.")
+
+
+def _v2_lines(ev) -> list[str]:
+    """The issue-17 measurements (random-id copy, IOI, control strength), where the eval recorded them."""
+    lines = []
+    r = ev.get("random_id_copy")
+    if r:
+        t = ev.get("targets", {})
+        lines += ["", (f"Random-id copying ({r['n_seqs']} sequences of {r['seq_len']} ids drawn uniformly from ids "
+                       f"{r['id_range'][0]}..{r['id_range'][1]}, repeated once): first-copy loss "
+                       f"{r['first_copy_loss']:.3f} nats (uniform ln({r['id_range'][1] - r['id_range'][0] + 1}) = "
+                       f"{r['uniform_loss']:.3f}: {r['first_minus_uniform']:+.3f}), second-copy loss "
+                       f"{r['second_copy_loss']:.3f} nats, **gap {r['gap_nats']:.3f} nats** (target gap >= "
+                       f"{t.get('random_id_gap_nats')}: {_met(ev, 'random_id_gap_nats')}; first copy within "
+                       f"{t.get('random_id_first_vs_uniform_nats')} nats of uniform: "
+                       f"{_met(ev, 'random_id_first_vs_uniform_nats')})."
+                       + _without_bos(r))]
+    q = ev.get("ioi")
+    if q:
+        d = q["logit_diff"]
+        orders = "; ".join(f"{o} {v['logit_diff']['mean']:+.3f} / {v['accuracy']:.3f}"
+                           for o, v in q["by_order"].items())
+        lines += ["", (f"IOI ({q['n_prompts']} prompts, {q['split']}; never trained on): logit difference IO - S at "
+                       f"the last token {d['mean']:+.3f} (std {d['std']:.3f}, n {d['n']}), accuracy IO > S "
+                       f"**{q['accuracy']:.3f}** (chance 0.5); by order (logit diff / accuracy): {orders}; "
+                       f"probability on IO + S {q['p_io_plus_s']:.3f}, on any corpus name {q['p_any_name']:.3f}.")]
+    c = ev.get("controls")
+    if c:
+        if not c["target_heads"]:
+            lines += ["", "Control strength: no retrieval heads detected, so no controls to draw."]
+        else:
+            sets = ", ".join(f"{'+'.join(x['heads'])} {x['head_write_rel']:.2f}x" for x in c["sets"])
+            spill = {k: v for k, v in (c.get("shortfall_by_layer") or {}).items() if v}
+            lines += ["", (f"Control strength: retrieval heads {', '.join(c['target_heads'])} (detected at "
+                           f"{'/'.join(str(n) for n in c['detection']['context_lengths'])} tokens, "
+                           f"{c['detection']['n_seeds']} seeds, threshold {c['detection']['threshold']}; they write "
+                           f"{c['target_head_write_rel']:.2f}x the median head); {c['n_draws']} layer-matched "
+                           f"random draws (seed {c['seed']}, as `interp ablate` draws them) give "
+                           f"{c['distinct_sets']} distinct "
+                           f"set(s), **{c['strong_sets']} writing >= {c['min_rel']}x the median head**: {sets}"
+                           + (f" (drawn from other layers for lack of heads: {spill})" if spill else "") + ".")]
     return lines
 
 
@@ -164,14 +221,17 @@ copy-suppression heads. Each directory holds an HF checkpoint (`config.json`,
 checksum, metrics) and a model card (`README.md`). `tokenizer/` is the shared
 byte-level BPE tokenizer (`python -m interp.organisms tokenizer` rebuilds it).
 
-Everything here is generated; numbers are measured by the eval command, never typed in.
+Everything here is generated; numbers are measured by the eval command, never typed in (the
+"v2 measurements" note below copies the eval's printed output: the shipped `organism.json` files
+predate those metrics and were left as they are).
 
 ## Rebuild and measure
 
 ```
 python -m interp.organisms tokenizer          # data/organisms/tokenizer
 python -m interp.organisms build tiny-qwen2   # ~40 min on one CPU thread
-python -m interp.organisms eval tiny-qwen2    # NIAH + copy metrics into the card
+python -m interp.organisms eval tiny-qwen2    # NIAH, copy, random-id copy, IOI, control strength into the card
+python -m interp.organisms eval tiny-qwen2 --no-write   # the same, printed only
 ```
 
 NIAH prompts use `interp.corpus.make_niah_prompt` with held-out seeds
@@ -238,6 +298,36 @@ the model card.
   head. The first is the better control and the worse head count; it is the candidate to adopt
   once the detection threshold question is settled.
 
+## v2 measurements (issue 17; the organisms were NOT retrained)
+
+The checkpoints are the v1 organisms above, unchanged; only the eval gained three measurements
+(`interp.organisms.evaluate`: `random_id_eval`, `ioi_eval`, `control_eval`), run on copies of the
+organism folders (`interp organisms eval /tmp/orgs/NAME`, which wrote the copies' cards) so the shipped
+files stay as they are. Random-id copy: 16 sequences of 40 ids drawn uniformly from ids 10..1013,
+`<s> R R`, mean loss per copy without its first token; uniform = ln(1004) = 6.91 nats. IOI: 192
+prompts from the held-out names x held-out templates of `interp.corpus.ioi`, logit(IO) - logit(S)
+at the last token. Controls: the retrieval heads detected at 512/1024 tokens (tiny-gpt2: 256) x 5
+depths x 8 seeds, threshold 0.1, and the 10 layer-matched random sets `interp ablate` draws for them
+(seed 0), relative write norm on the first 8 NIAH prompts.
+
+| model | random-id first / second / gap (nats) | first - uniform | without `<s>`: first / gap | IOI logit diff (mean, std, n) | IOI accuracy | retrieval heads | control sets: distinct / >= 0.5x median |
+|---|---|---|---|---|---|---|---|
+| tiny-gpt2 | 11.71 / 10.59 / 1.12 | +4.80 | 12.83 / 2.76 | +0.021, 0.458, 192 | 0.542 | L1H0-L1H3 (1.12x) | 10 / 9 (0.46-1.02x; layer 1 is full, so the draws come from layers 0 and 2) |
+| tiny-llama | 11.92 / 10.76 / 1.17 | +5.01 | 16.85 / 4.94 | +0.002, 0.546, 192 | 0.490 | L2H0, L2H1 (0.96x) | 1 / 1 (L2H2+L2H3 1.02x) |
+| tiny-qwen2 | 11.91 / 11.45 / 0.46 | +5.00 | 15.02 / 2.22 | +0.001, 0.485, 192 | 0.469 | L2H4-L2H7 (2.34x) | 1 / 0 (L2H0-L2H3 0.19x) |
+
+No organism meets the issue's random-id targets (gap >= 3 nats, first copy within 1.5 nats of
+uniform). The issue's numbers (gaps 2.3 / 2.8 / 5.1, first copy 12-16 nats) are those of the same
+sequences WITHOUT `<s>` (2.22 / 2.76 / 4.94), which the organisms never saw in training; with `<s>`,
+as they were trained and as the corpus copy eval feeds them, the first copy is ~5 nats above uniform
+and the second barely lower: they copy corpus tokens (gap 5.2-5.5 nats) but not arbitrary ids. IOI is
+at chance: the corpus sentence `"{N} gave the {n} to {N2}"` draws N2 at random, so nothing rewarded
+the indirect object; the organisms spread their probability over all names (tiny-qwen2 0.66, tiny-gpt2
+0.56 on the 40 corpus names; tiny-llama predicts " the"). The control check repeats the README's
+caveat: tiny-qwen2's only layer-matched control is a weak one. `tests/test_organisms_v2.py` asserts
+these levels as facts about the v1 checkpoints; a rebuild must update them. (The table below reads
+`organism.json`, which holds no v2 metrics yet: "not measured" there.)
+
 ## Models
 """
 
@@ -245,7 +335,8 @@ the model card.
 def write_index(data_dir) -> Path:
     d = Path(data_dir)
     lines = [_INDEX_HEAD, ("| model | arch | params | trained lengths | train min | NIAH recall "
-             "(by length) | copy gap (nats) | sha256 (model.safetensors) |"), "|---" * 8 + "|"]
+             "(by length) | copy gap (nats) | random-id gap (nats) | IOI accuracy | sha256 (model.safetensors) |"),
+             "|---" * 10 + "|"]
     for info_path in sorted(d.glob("*/organism.json")):
         info = json.loads(info_path.read_text())
         cfg, tr, ev = info["config"], info["training"], info.get("eval")
@@ -255,10 +346,12 @@ def write_index(data_dir) -> Path:
             gap = f"{ev['copy']['gap_nats']:.2f}"
         else:
             niah = gap = "not measured"
+        rid = f"{ev['random_id_copy']['gap_nats']:.2f}" if ev and "random_id_copy" in ev else "not measured"
+        ioi = f"{ev['ioi']['accuracy']:.2f}" if ev and "ioi" in ev else "not measured"
         lengths = "/".join(str(n) for n, _ in cfg["curriculum"])
         lines.append(f"| [{info['name']}]({info['name']}/README.md) | {cfg['arch']} | "
                      f"{tr['n_params']:,} | {lengths} | {tr['train_seconds'] / 60:.1f} | {niah} | "
-                     f"{gap} | `{info['sha256'][:16]}...` |")
+                     f"{gap} | {rid} | {ioi} | `{info['sha256'][:16]}...` |")
     lines.append("")
     p = d / "README.md"
     p.write_text("\n".join(lines))

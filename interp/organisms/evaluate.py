@@ -12,6 +12,22 @@ in ``organism.json`` and re-renders the model card and the index README.
   torch seed) from the ids that occur in a held-out corpus sample; mean
   next-token loss on the first copy vs the second (both excluding their first
   token); the gap is first minus second, in nats.
+* Random-id copy (issue 17): the same measurement with ``RANDOM_ID_SEQS`` sequences of
+  ``RANDOM_ID_LEN`` ids drawn uniformly from ALL ids ``10 .. V-11`` (``V`` the vocabulary size; ids
+  the corpus rarely or never uses), against the uniform loss ln(V - 20): a model that copies
+  in-context tokens whatever they are has a large gap, and a first copy near uniform says it
+  does not rule ids out by their corpus frequency. Targets: gap >= 3 nats, first copy within
+  1.5 nats of uniform.
+* IOI (indirect-object identification, :mod:`interp.corpus.ioi`): ``IOI_PROMPTS`` prompts from the
+  held-out names x held-out templates; logit of the indirect object minus logit of the subject
+  at the last prompt token (mean, sample std, n) and accuracy (fraction IO > S; chance 0.5).
+  The v1 organisms were never trained on IOI.
+* Control strength: the retrieval heads detected on the README's grid (512/1024 tokens where
+  trained, else the longest trained length; 5 depths x 8 seeds; threshold 0.1), the
+  ``CONTROL_DRAWS`` layer-matched random sets ``interp ablate`` draws for them (seed 0), and how
+  many distinct sets write >= 0.5x the median head (mean relative write norm of the set's heads,
+  on the first 8 NIAH prompts, as ``interp ablate`` measures it): a control that writes little
+  into the residual stream is a weak control.
 """
 
 from __future__ import annotations
@@ -34,6 +50,17 @@ COPY_LEN = 128
 COPY_SEQS = 64
 TARGET_RECALL = 0.95
 TARGET_COPY_GAP = 3.0
+RANDOM_ID_LEN = 40
+RANDOM_ID_SEQS = 16
+RANDOM_ID_MARGIN = 10  # ids MARGIN .. V-MARGIN-1: V - 2*MARGIN ids
+TARGET_RANDOM_ID_GAP = 3.0
+TARGET_RANDOM_ID_UNIFORM = 1.5  # |first-copy loss - ln(V - 20)| at most this
+IOI_PROMPTS = 192
+CONTROL_DRAWS = 10
+CONTROL_MIN_REL = 0.5
+CONTROL_LENGTHS = (512, 1024)
+CONTROL_SEEDS = 8
+CONTROL_THRESHOLD = 0.1
 
 
 def load_organism(path: str | Path):
@@ -114,29 +141,137 @@ def corpus_token_ids(tok, n_docs: int = 300) -> list[int]:
 
 
 @torch.no_grad()
-def copy_eval(model, tok, seq_len: int = COPY_LEN, n_seqs: int = COPY_SEQS, batch: int = 16) -> dict:
-    ids = torch.tensor(corpus_token_ids(tok))
-    g = torch.Generator().manual_seed(corpus.heldout_seed(950_000))
-    bos = tok.token_to_id("<s>")
+def _repeat_losses(model, ids: torch.Tensor, g: torch.Generator, bos: int | None, seq_len: int, n_seqs: int,
+                   batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``<s> R R`` for ``n_seqs`` draws of ``R`` (``seq_len`` entries of ``ids``, uniform, from ``g``): per
+    sequence, the mean next-token loss on the first copy and on the second, each without its first token.
+    ``bos=None``: ``R R`` without ``<s>`` (a diagnostic only: the organisms always saw ``<s>`` first)."""
     first, second = [], []
+    p = 0 if bos is None else 1
     for start in range(0, n_seqs, batch):
         b = min(batch, n_seqs - start)
         r = ids[torch.randint(len(ids), (b, seq_len), generator=g)]
-        x = torch.cat([torch.full((b, 1), bos), r, r], dim=1)
+        x = torch.cat(([] if bos is None else [torch.full((b, 1), bos)]) + [r, r], dim=1)
         logits = model(input_ids=x).logits[:, :-1]
         nll = F.cross_entropy(logits.transpose(1, 2), x[:, 1:], reduction="none")
-        # target positions in x[:, 1:]: first copy 0..L-1, second copy L..2L-1
-        first.append(nll[:, 1:seq_len].mean(1))
-        second.append(nll[:, seq_len + 1:].mean(1))
-    f, s = torch.cat(first), torch.cat(second)
+        # target positions in x[:, 1:] (with <s>): first copy 0..L-1, second copy L..2L-1; without <s> the
+        # first copy's first token is no target, so both shift down by one
+        first.append(nll[:, p:seq_len - 1 + p].mean(1))
+        second.append(nll[:, seq_len + p:].mean(1))
+    return torch.cat(first), torch.cat(second)
+
+
+@torch.no_grad()
+def copy_eval(model, tok, seq_len: int = COPY_LEN, n_seqs: int = COPY_SEQS, batch: int = 16) -> dict:
+    ids = torch.tensor(corpus_token_ids(tok))
+    g = torch.Generator().manual_seed(corpus.heldout_seed(950_000))
+    f, s = _repeat_losses(model, ids, g, tok.token_to_id("<s>"), seq_len, n_seqs, batch)
     return {"first_copy_loss": f.mean().item(), "second_copy_loss": s.mean().item(),
             "gap_nats": (f - s).mean().item(), "seq_len": seq_len, "n_seqs": n_seqs,
             "n_candidate_ids": len(ids)}
 
 
+def random_id_sequences(vocab_size: int, seq_len: int = RANDOM_ID_LEN, n_seqs: int = RANDOM_ID_SEQS,
+                        margin: int = RANDOM_ID_MARGIN) -> tuple[torch.Tensor, torch.Generator]:
+    """The id pool (``margin .. vocab_size - margin - 1``) and the seeded generator of the random-id eval."""
+    if vocab_size - 2 * margin < 2:
+        raise ValueError(f"a vocabulary of {vocab_size} ids has no random-id pool with margin {margin}")
+    ids = torch.arange(margin, vocab_size - margin)
+    return ids, torch.Generator().manual_seed(corpus.heldout_seed(960_000))
+
+
+@torch.no_grad()
+def random_id_eval(model, tok, seq_len: int = RANDOM_ID_LEN, n_seqs: int = RANDOM_ID_SEQS,
+                   margin: int = RANDOM_ID_MARGIN, batch: int = 16) -> dict:
+    """Copying of uniformly random ids (any id but the first and last ``margin``), first vs second copy,
+    against the uniform loss ln(V - 2 margin)."""
+    import math
+
+    vocab = tok.get_vocab_size()
+    ids, g = random_id_sequences(vocab, seq_len, n_seqs, margin)
+    f, s = _repeat_losses(model, ids, g, tok.token_to_id("<s>"), seq_len, n_seqs, batch)
+    uniform = math.log(len(ids))
+    first = f.mean().item()
+    # the same sequences without <s> (how the issue first measured it; the organisms never saw that)
+    ids, g = random_id_sequences(vocab, seq_len, n_seqs, margin)
+    f2, s2 = _repeat_losses(model, ids, g, None, seq_len, n_seqs, batch)
+    return {"first_copy_loss": first, "second_copy_loss": s.mean().item(), "gap_nats": (f - s).mean().item(),
+            "uniform_loss": uniform, "first_minus_uniform": first - uniform, "seq_len": seq_len,
+            "n_seqs": n_seqs, "id_range": [margin, vocab - margin - 1], "vocab_size": vocab,
+            "without_bos": {"first_copy_loss": f2.mean().item(), "second_copy_loss": s2.mean().item(),
+                            "gap_nats": (f2 - s2).mean().item()}}
+
+
+def _stats(x: list[float]) -> dict:
+    import statistics
+
+    return {"mean": statistics.fmean(x), "std": statistics.stdev(x) if len(x) > 1 else 0.0, "n": len(x)}
+
+
+@torch.no_grad()
+def ioi_eval(model, tok, n: int = IOI_PROMPTS, seed: int = 0) -> dict:
+    """IOI logit difference (IO - S at the last prompt token) and accuracy on held-out names x held-out
+    templates (``interp.corpus.ioi``); also the probability on IO + S and on any corpus name there."""
+    from ..corpus.ioi import ioi_prompts, ioi_split
+
+    sp = ioi_split()
+
+    def one(name):
+        t = tok.encode(" " + name, add_special_tokens=False).ids
+        if len(t) != 1:
+            raise ValueError(f"IOI name {name!r} is {len(t)} tokens with this tokenizer; the eval compares one token")
+        return t[0]
+
+    name_ids = torch.tensor(sorted({one(x) for x in corpus.NAMES}))
+    rows = []
+    for p in ioi_prompts(n, seed, "heldout"):
+        logits = model(input_ids=torch.tensor([tok.encode(p.prompt).ids])).logits[0, -1].float()
+        probs = logits.softmax(-1)
+        io, s = one(p.io), one(p.subject)
+        rows.append((p.order, (logits[io] - logits[s]).item(), (probs[io] + probs[s]).item(),
+                     probs[name_ids].sum().item()))
+
+    def summary(rs):
+        d = [r[1] for r in rs]
+        return {"logit_diff": _stats(d), "accuracy": sum(v > 0 for v in d) / len(d),
+                "p_io_plus_s": sum(r[2] for r in rs) / len(rs), "p_any_name": sum(r[3] for r in rs) / len(rs)}
+
+    return {**summary(rows), "by_order": {o: summary([r for r in rows if r[0] == o]) for o in ("ABBA", "BABA")},
+            "n_prompts": len(rows), "seed": seed, "split": "held-out names x held-out templates",
+            "names": list(sp.heldout_names), "templates": list(sp.heldout_templates)}
+
+
+def control_eval(path, max_len: int, draws: int = CONTROL_DRAWS, seed: int = 0, min_rel: float = CONTROL_MIN_REL,
+                 n_seeds: int = CONTROL_SEEDS, threshold: float = CONTROL_THRESHOLD) -> dict:
+    """How strong the layer-matched random controls of `interp ablate --heads retrieval` are: the retrieval
+    heads detected on the README's grid, `draws` layer-matched sets (seed `seed`), the distinct ones and
+    how many write >= `min_rel` x the median head (`experiments.control_write_strength`)."""
+    from .. import loading
+    from ..experiments import NiahTask, control_write_strength, random_head_controls, resolve_heads, write_norms
+    from ..tasks.niah import NiahConfig, resolve_niah
+
+    m = loading.load_model(str(path))
+    lengths = tuple(n for n in CONTROL_LENGTHS if n <= max_len) or (max_len,)
+    niah = resolve_niah(m, NiahConfig(context_lengths=lengths, n_seeds=n_seeds))
+    sel = resolve_heads("retrieval", m, niah=niah, threshold=threshold)
+    grid = {"context_lengths": list(niah.context_lengths), "depths": list(niah.depths), "n_seeds": niah.n_seeds,
+            "threshold": threshold, "needles": niah.needles}
+    out = {"target_heads": [str(h) for h in sel.heads], "target_source": sel.source, "detection": grid,
+           "baseline_recall": (sel.detection or {}).get("baseline_recall")}
+    if not sel.heads:
+        return {**out, "n_draws": draws, "distinct_sets": 0, "strong_sets": 0, "min_rel": min_rel, "sets": [],
+                "note": "no retrieval heads detected: no controls to draw"}
+    task = NiahTask.build(m.tokenizer, niah)
+    writes = write_norms(m, task.inputs(8))
+    ctl = random_head_controls(sel.heads, m.spec, lambda hs: (), draws, seed, "layer")
+    return {**out, "target_head_write_rel": writes.relative(sel.heads), "seed": seed,
+            **control_write_strength(ctl, writes, min_rel)}
+
+
 def evaluate(path: str | Path, lengths: Sequence[int] | None = None,
              n_per_cell: int = 20, threads: int = 1, write: bool = True,
-             command: str | None = None, log=print) -> dict:
+             command: str | None = None, log=print, ioi_prompts: int = IOI_PROMPTS,
+             control_draws: int = CONTROL_DRAWS) -> dict:
     from .card import write_card, write_index
     from .train import DATA_DIR, INFO_FILE
 
@@ -153,11 +288,30 @@ def evaluate(path: str | Path, lengths: Sequence[int] | None = None,
     cp = copy_eval(model, tok)
     log(f"  copy: first {cp['first_copy_loss']:.3f} second {cp['second_copy_loss']:.3f} "
         f"gap {cp['gap_nats']:.3f} nats")
-    res = {"niah": niah, "copy": cp, "eval_seconds": round(time.time() - t0, 1),
-           "targets": {"niah_recall": TARGET_RECALL, "copy_gap_nats": TARGET_COPY_GAP},
-           "met": {"niah_recall": niah["recall"] >= TARGET_RECALL,
-                   "copy_gap_nats": cp["gap_nats"] >= TARGET_COPY_GAP},
-           "command": command or f"python -m interp.organisms eval {path.name}"}
+    rid = random_id_eval(model, tok)
+    log(f"  random-id copy: first {rid['first_copy_loss']:.3f} second {rid['second_copy_loss']:.3f} "
+        f"gap {rid['gap_nats']:.3f} nats; uniform {rid['uniform_loss']:.3f} (first - uniform "
+        f"{rid['first_minus_uniform']:+.3f})")
+    ioi = ioi_eval(model, tok, ioi_prompts)
+    log(f"  IOI: logit diff IO - S {ioi['logit_diff']['mean']:+.3f} (std {ioi['logit_diff']['std']:.3f}, "
+        f"n {ioi['logit_diff']['n']}), accuracy {ioi['accuracy']:.3f}")
+    res = {"niah": niah, "copy": cp, "random_id_copy": rid, "ioi": ioi}
+    if control_draws:
+        ctl = control_eval(path, max_len, control_draws)
+        res["controls"] = ctl
+        log(f"  controls: retrieval heads {', '.join(ctl['target_heads']) or 'none'}; {ctl['distinct_sets']} distinct "
+            f"layer-matched sets in {ctl['n_draws']} draws, {ctl['strong_sets']} write >= {ctl['min_rel']}x the "
+            "median head")
+    res.update({
+        "eval_seconds": round(time.time() - t0, 1),
+        "targets": {"niah_recall": TARGET_RECALL, "copy_gap_nats": TARGET_COPY_GAP,
+                    "random_id_gap_nats": TARGET_RANDOM_ID_GAP,
+                    "random_id_first_vs_uniform_nats": TARGET_RANDOM_ID_UNIFORM},
+        "met": {"niah_recall": niah["recall"] >= TARGET_RECALL,
+                "copy_gap_nats": cp["gap_nats"] >= TARGET_COPY_GAP,
+                "random_id_gap_nats": rid["gap_nats"] >= TARGET_RANDOM_ID_GAP,
+                "random_id_first_vs_uniform_nats": abs(rid["first_minus_uniform"]) <= TARGET_RANDOM_ID_UNIFORM},
+        "command": command or f"python -m interp.organisms eval {path.name}"})
     if write and info:
         info["eval"] = res
         info_path.write_text(json.dumps(info, indent=2) + "\n")

@@ -58,6 +58,9 @@ class OrganismConfig:
     # Frobenius norm of its slice): pushes the model to do each job with few heads, as trained LLMs do
     head_lasso: float = 0.0
     head_lasso_steps: int = 0  # apply the lasso only for the first N steps (0: every step)
+    # weight of random-id repeat documents (ids uniform over the vocabulary, repeated 2-4 times) added to both
+    # mixes (the mixes' weights sum to 1): 0 keeps the v1 recipes exactly
+    id_repeats: float = 0.0
 
     @property
     def total_steps(self) -> int:
@@ -264,8 +267,9 @@ def train(
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     opt = _optimizer(model, cfg)
-    packer = Packer(tok, cfg.mix, cfg.answer_weight)
-    warm_packer = Packer(tok, cfg.warm_mix, cfg.answer_weight)
+    extra = {"ids": cfg.id_repeats} if cfg.id_repeats > 0 else {}
+    packer = Packer(tok, {**cfg.mix, **extra}, cfg.answer_weight)
+    warm_packer = Packer(tok, {**cfg.warm_mix, **extra}, cfg.answer_weight)
     schedule = _schedule(cfg, steps)
     log(f"[{cfg.name}] {n_params:,} params, {len(schedule)} steps, curriculum {cfg.curriculum}")
     curve, t0, tokens, window, last_penalty = [], time.time(), 0, [], None

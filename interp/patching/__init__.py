@@ -7,9 +7,9 @@
 
 from .attribution import run_attribution
 from .cells import GRID_SITES, CellPatch, Cells
-from .pairs import PatchPair, niah_pairs, read_pairs, repeated_pairs
+from .pairs import PatchPair, ioi_pairs, niah_pairs, read_pairs, repeated_pairs
 from .run import DIRECTIONS, METRICS, PatchingConfig, PatchingResult, SiteGrid, run_patching
 
 __all__ = ["CellPatch", "Cells", "DIRECTIONS", "GRID_SITES", "METRICS", "PatchPair", "PatchingConfig",
-           "PatchingResult", "SiteGrid", "niah_pairs", "read_pairs", "repeated_pairs", "run_attribution",
-           "run_patching"]
+           "PatchingResult", "SiteGrid", "ioi_pairs", "niah_pairs", "read_pairs", "repeated_pairs",
+           "run_attribution", "run_patching"]

@@ -1,4 +1,5 @@
-"""Clean/corrupt prompt pairs for activation patching: from a JSONL file or built-in generators.
+"""Clean/corrupt prompt pairs for activation patching: from a JSONL file or built-in generators (niah,
+repeated, ioi).
 
 A pair is two prompts of equal token length that differ where the task's information sits, and the
 two tokens the metric compares: `answer` (what the clean prompt predicts next) and `wrong` (what
@@ -134,4 +135,52 @@ def repeated_pairs(model, length: int = 20, n: int = 16, seed: int = 0, tokens="
         corrupt[p + j] = x
         pairs.append(PatchPair(clean, corrupt, ids[p + j], x, f"repeated:{seed}:{r}",
                                {"corrupted_position": p + j - len(clean)}, anchor=p + j))
+    return pairs
+
+
+def ioi_names(tokenizer, names) -> list[str]:
+    """The names that are one token with a leading space in this tokenizer (the IOI metric compares single
+    tokens)."""
+    return [n for n in names if _single_or_none(tokenizer, " " + n) is not None]
+
+
+def ioi_pairs(tokenizer, n: int = 32, seed: int = 0, split: str = "heldout") -> list[PatchPair]:
+    """IOI prompts (clean; `interp.corpus.ioi`, names and templates of `split`, held-out by default) and the
+    same prompts with both names replaced by two other names (corrupt): same template, first-clause order
+    and fill, so every other token and every position is shared. answer = the clean indirect object,
+    wrong = the corrupt prompt's indirect object (the name that replaced it). The anchor is the indirect
+    object's mention in the first clause; `info` records the names, order, template and the positions
+    (from the end) of the IO and S mentions."""
+    from ..corpus.ioi import ioi_prompts, ioi_split, render
+    from ..tasks.niah import _bos
+
+    if tokenizer is None:
+        raise InvalidInputError("the ioi task needs a tokenizer: this model was loaded without one")
+    if n < 1:
+        raise InvalidInputError(f"the ioi task needs at least 1 pair, got {n}")
+    sp = ioi_split()
+    pool = ioi_names(tokenizer, sp.names(split))
+    if len(pool) < 4:
+        raise InvalidInputError(f"the ioi task needs at least 4 names of the {split} split that are one token with a "
+                                f"leading space in this tokenizer; it has {len(pool)} ({', '.join(pool) or 'none'})")
+    bos = _bos(tokenizer)
+    rng = random.Random(f"patch-ioi/{seed}")
+    pairs = []
+    for i, p in enumerate(ioi_prompts(n, seed, split, names=pool)):
+        c_io, c_s = rng.sample([x for x in pool if x not in (p.io, p.subject)], 2)
+        q = render(p.template, c_io, c_s, p.order, p.fill)
+        clean = bos + list(tokenizer(p.prompt, add_special_tokens=False)["input_ids"])
+        corrupt = bos + list(tokenizer(q.prompt, add_special_tokens=False)["input_ids"])
+        io, s, wrong = (_single_or_none(tokenizer, " " + x) for x in (p.io, p.subject, c_io))
+        where = f"ioi:{seed}:{i}"
+        io_at = [j for j, t in enumerate(clean) if t == io]
+        s_at = [j for j, t in enumerate(clean) if t == s]
+        if len(clean) != len(corrupt) or len(io_at) != 1 or len(s_at) != 2:
+            raise InvalidInputError(f"{where}: the names of {p.prompt!r} are not one token each in context with this "
+                                    "tokenizer (the ioi task needs clean and corrupt prompts of one length)")
+        L = len(clean)
+        pairs.append(PatchPair(clean, corrupt, io, wrong, where,
+                               {"template": p.template, "order": p.order, "io": p.io, "subject": p.subject,
+                                "corrupt_io": c_io, "corrupt_subject": c_s, "io_position": io_at[0] - L,
+                                "s_positions": [j - L for j in s_at]}, anchor=io_at[0]))
     return pairs

@@ -1,0 +1,173 @@
+"""Indirect-object identification (IOI) prompts, after Wang et al. (2022), "Interpretability in the
+Wild": ``" When Mary and John walked to the market, John gave the lantern to"`` -> ``" Mary"``.
+
+A prompt names two people in a first clause, repeats one of them (the subject, S) as the giver of
+the second clause, and ends right before the receiver: the expected continuation is the other name,
+the indirect object (IO). The two orders of the first clause are both generated: ``ABBA`` (IO first:
+"When Mary and John ..., John gave ... to" -> Mary) and ``BABA`` (S first: "When John and Mary ...,
+John gave ... to" -> Mary).
+
+Names come from the corpus's own list (:data:`interp.corpus.NAMES`; each is one token of the organism
+tokenizer with its leading space, which ``tests/test_organisms_v2.py`` checks), templates are this
+module's :data:`TEMPLATES` (written for this package, in the corpus's vocabulary). Both are split once,
+by a fixed seed, into a train part and a held-out part (:func:`ioi_split`): the held-out names and
+templates are for evaluation only, so a future organisms build can add IOI documents
+(:func:`ioi_doc`, train split only) to its mix and still be measured on prompts it never saw.
+Every name occurrence in a template follows a space (prompts start with one, like every corpus
+piece), so each name is one token wherever it appears and a prompt with other names has the same
+token length.
+
+Plain Python (``random.Random``), like the rest of :mod:`interp.corpus`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from ..errors import InvalidInputError
+from .prose import NAMES, PLACES, TIMES, Piece, as_rng
+
+# {A} and {B}: the first clause's two names in order; {S}: the subject, repeated as the giver.
+# Fill slots: {obj} an object, {place} a place noun, {P} a town, {T} a time phrase.
+TEMPLATES = (
+    " When {A} and {B} walked to the {place}, {S} gave the {obj} to",
+    " After {A} and {B} came home {T}, {S} gave the {obj} to",
+    " In {P}, {A} and {B} found the {obj}. {S} gave it to",
+    " When {A} and {B} visited {P}, {S} sold the {obj} to",
+    " {A} and {B} walked to the {place} {T}. {S} handed the {obj} to",
+    " After the storm, {A} and {B} repaired the {obj}. Then {S} gave it to",
+    " While {A} and {B} were in {P}, {S} wrote a letter to",
+    " {A} and {B} bought the {obj} at the market. Later, {S} gave it to",
+    " When {A} and {B} sat near the {place}, {S} showed the {obj} to",
+)
+OBJECTS = ("lantern", "book", "key", "map", "bottle", "coin", "ring", "shell", "cup", "hat", "candle", "basket",
+           "bell", "drum", "feather", "kettle", "blanket", "compass")
+PLACE_NOUNS = ("market", "bridge", "garden", "river", "tower", "castle", "forest", "lake", "cabin", "barn",
+               "village", "hill")
+ORDERS = ("ABBA", "BABA")
+SPLITS = ("train", "heldout")
+SPLIT_SEED = "ioi-split/v1"
+N_HELDOUT_NAMES = 12
+N_HELDOUT_TEMPLATES = 3
+
+
+@dataclass(frozen=True)
+class IOISplit:
+    """Names and template indices, each split into a train and a held-out part (disjoint)."""
+
+    train_names: tuple[str, ...]
+    heldout_names: tuple[str, ...]
+    train_templates: tuple[int, ...]
+    heldout_templates: tuple[int, ...]
+
+    def names(self, split: str) -> tuple[str, ...]:
+        return self.train_names if _check_split(split) == "train" else self.heldout_names
+
+    def templates(self, split: str) -> tuple[int, ...]:
+        return self.train_templates if _check_split(split) == "train" else self.heldout_templates
+
+
+def _check_split(split: str) -> str:
+    if split not in SPLITS:
+        raise InvalidInputError(f"IOI split {split!r}: valid splits are {', '.join(SPLITS)}")
+    return split
+
+
+@lru_cache(maxsize=1)
+def ioi_split() -> IOISplit:
+    """The fixed split (seed :data:`SPLIT_SEED`): 12 of the 40 corpus names and 3 of the 9 templates
+    are held out. It depends on nothing but this module and :data:`NAMES`."""
+    r = random.Random(SPLIT_SEED)
+    names = list(NAMES)
+    r.shuffle(names)
+    tpls = list(range(len(TEMPLATES)))
+    r.shuffle(tpls)
+    return IOISplit(tuple(sorted(names[N_HELDOUT_NAMES:])), tuple(sorted(names[:N_HELDOUT_NAMES])),
+                    tuple(sorted(tpls[N_HELDOUT_TEMPLATES:])), tuple(sorted(tpls[:N_HELDOUT_TEMPLATES])))
+
+
+@dataclass(frozen=True)
+class IOIPrompt:
+    """One IOI prompt. Unpacks as ``prompt, io, subject = item``; ``answer`` / ``wrong`` are the IO and
+    S names with their leading space (the tokens the logit difference compares)."""
+
+    prompt: str  # " When Mary and John walked to the market, John gave the lantern to"
+    io: str  # "Mary"
+    subject: str  # "John"
+    template: int  # index into TEMPLATES
+    order: str  # "ABBA" (IO named first) | "BABA" (S named first)
+    fill: dict = field(default_factory=dict, compare=False)  # the other slots: obj, place, P, T
+
+    def __iter__(self):
+        return iter((self.prompt, self.io, self.subject))
+
+    @property
+    def answer(self) -> str:
+        return " " + self.io
+
+    @property
+    def wrong(self) -> str:
+        return " " + self.subject
+
+
+def render(template: int, io: str, subject: str, order: str, fill: dict) -> IOIPrompt:
+    """The prompt of `template` with these names, first-clause order and fill slots."""
+    if order not in ORDERS:
+        raise InvalidInputError(f"IOI order {order!r}: valid orders are {', '.join(ORDERS)}")
+    if not 0 <= template < len(TEMPLATES):
+        raise InvalidInputError(f"IOI template {template}: valid templates are 0..{len(TEMPLATES) - 1}")
+    if io == subject:
+        raise InvalidInputError(f"IOI prompt: the indirect object and the subject are the same name ({io!r})")
+    a, b = (io, subject) if order == "ABBA" else (subject, io)
+    text = TEMPLATES[template].format(A=a, B=b, S=subject, **fill)
+    return IOIPrompt(text, io, subject, template, order, dict(fill))
+
+
+def random_fill(r: random.Random) -> dict:
+    return {"obj": r.choice(OBJECTS), "place": r.choice(PLACE_NOUNS), "P": r.choice(PLACES), "T": r.choice(TIMES)}
+
+
+def ioi_prompts(n: int, seed: int = 0, split: str = "heldout", names: Sequence[str] | None = None,
+                templates: Sequence[int] | None = None) -> list[IOIPrompt]:
+    """`n` prompts from `split`'s names and templates (or the `names` / `templates` given), seeded.
+
+    Prompt i uses the (template, order) combination i mod (2 x templates), so templates and both orders
+    are balanced; the two names are drawn without replacement, the fill slots at random. The same
+    arguments give the same prompts on every platform."""
+    sp = ioi_split()
+    pool = tuple(sp.names(split) if names is None else names)
+    tpls = tuple(sp.templates(split) if templates is None else templates)
+    if n < 1:
+        raise InvalidInputError(f"the number of IOI prompts must be >= 1, got {n}")
+    if len(set(pool)) < 2:
+        raise InvalidInputError(f"IOI prompts need at least 2 distinct names, got {len(set(pool))}")
+    if not tpls:
+        raise InvalidInputError("IOI prompts need at least one template")
+    r = random.Random(f"ioi/{split}/{seed}")
+    combos = [(t, o) for t in tpls for o in ORDERS]
+    out = []
+    for i in range(n):
+        t, order = combos[i % len(combos)]
+        io, s = r.sample(pool, 2)
+        out.append(render(t, io, s, order, random_fill(r)))
+    return out
+
+
+def ioi_doc(rng, budget: int, count: Callable[[str], int]) -> list[Piece]:
+    """A training document from the TRAIN split only: one IOI prompt and its answer (tagged "answer").
+
+    Not in :data:`interp.corpus.DOC_BUILDERS` (adding a key there would change `sample_text`, the
+    tokenizer fit and the copy eval's token pool); a build adds it to its own builders and mix."""
+    r = as_rng(rng)
+    sp = ioi_split()
+    io, s = r.sample(sp.train_names, 2)
+    p = render(r.choice(sp.train_templates), io, s, r.choice(ORDERS), random_fill(r))
+    pieces: list[Piece] = [(p.prompt, "text"), (p.answer, "answer"), (".", "text")]
+    if sum(count(x) for x, _ in pieces) > budget:
+        from .documents import filler_doc
+
+        return filler_doc(r, budget, count)
+    return pieces
