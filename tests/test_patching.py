@@ -303,3 +303,25 @@ def test_cli_patch_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, lines,
     code, _, err = run_cli(["patch", "-m", "tiny-qwen2", "--pairs", str(p), "--out", str(o)] + args, capsys)
     assert code == 2 and msg in err and "Traceback" not in err, err
     assert not o.exists()
+
+
+def test_a_task_the_model_cannot_do_warns_that_normalised_values_are_noise(tmp_path, capsys):
+    """IOI on the v1 organisms (never trained on it): donor and base barely differ, so every normalised cell
+    divides by ~0; the run says so (one warning line, recorded in run.json). NIAH, which they do, does not."""
+    import json
+
+    from .helpers import run_cli
+
+    code, _, err = run_cli(["patch", "--model", "tiny-qwen2", "--task", "ioi", "--n-pairs", "8", "--site", "resid_pre",
+                            "--positions=-1", "--out", str(tmp_path / "ioi")], capsys)
+    assert code == 0, err
+    assert err.count("warning: the clean and corrupt runs barely differ") == 1
+    assert any("barely differ" in w for w in json.loads((tmp_path / "ioi" / "run.json").read_text())["warnings"])
+    code, _, err = run_cli(["patch", "--model", "tiny-qwen2", "--task", "niah", "--lengths", "128", "--depths", "0,1",
+                            "--n-seeds", "2", "--site", "resid_pre", "--positions=-1", "--out", str(tmp_path / "niah")],
+                           capsys)
+    assert code == 0, err
+    assert "barely differ" not in err
+    code, _, err = run_cli(["patch", "--model", "tiny-qwen2", "--task", "ioi", "--n-pairs", "8", "--site", "resid_pre",
+                            "--positions=-1", "--raw", "--out", str(tmp_path / "raw")], capsys)
+    assert code == 0 and "barely differ" not in err  # raw values divide by nothing

@@ -37,7 +37,7 @@ from ..hooks.interventions import Intervention
 from ..types import Site, SiteKind
 from .cells import GRID_SITES
 from .pairs import PatchPair
-from .run import (PatchingConfig, PatchingResult, SiteGrid, _metric, _nested, axis_tokens, metric_name, run_patching,
+from .run import (PatchingConfig, PatchingResult, SiteGrid, _metric, _nested, axis_tokens, check_gap, metric_name, run_patching,
                   sides)
 
 METHODS = ("atp", "atp-qk")
@@ -203,6 +203,8 @@ def run_attribution(model, pairs: Sequence[PatchPair], config: PatchingConfig | 
     run = _base_run(model, base_b, kinds, config, pairs, want_calls=qk)
     donor_value = _metric(config, donor_last, pairs)
     gap = donor_value - run.value
+    if config.normalize:
+        check_gap(gap, metric_name(config.metric))
     valid = np.abs(gap) >= config.min_gap
     excluded = [int(i) for i in np.nonzero(~valid)[0]] if config.normalize else []
     has_pos = np.arange(T)[None, :] >= (T - lengths)[:, None]  # [P, T]: the pair has that position

@@ -30,7 +30,7 @@ from ..hooks.capture import Capture
 from ..hooks.interventions import Intervention
 from ..types import Site, as_heads
 from .pairs import PatchPair
-from .run import PatchingConfig, _check_pairs, _metric, metric_name, sides
+from .run import PatchingConfig, _check_pairs, _metric, check_gap, metric_name, sides
 
 VIAS = ("q", "k", "v", "logits")
 
@@ -169,6 +169,8 @@ def run_path_patching(model, pairs: Sequence[PatchPair], senders, receivers=(), 
             last = last1
     raw = _metric(config, last, [pairs[int(i)] for i in rows_pair]).reshape(len(groups), P)
     gap = donor_value - base_value
+    if config.normalize:
+        check_gap(gap, metric_name(config.metric))
     val = (raw - base_value) / np.where(np.abs(gap) < config.min_gap, np.nan, gap) if config.normalize else raw
     effects = {}
     for name, v in zip(names, val):

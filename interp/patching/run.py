@@ -253,6 +253,8 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
     donor_value, base_value = _metric(config, donor_last, pairs), _metric(config, base_last, pairs)
     gap = donor_value - base_value
     excluded = [i for i, g in enumerate(gap) if abs(g) < config.min_gap] if config.normalize else []
+    if config.normalize:
+        check_gap(gap, metric_name(config.metric))
 
     budget = 16384 if model.device.type == "cuda" else 2048  # tokens per pass (CPU: cache-friendly batches)
     n_forward = n_rows = n_prefix_rows = tokens = 0
@@ -328,6 +330,24 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
         tokens=axis_tokens(model, pairs, anchors, labels), align=config.align,
         n_forward=n_forward, n_rows=n_rows, n_prefix_rows=n_prefix_rows, tokens_computed=tokens, config=cfg, provenance=provenance(model),
         sources=[p.source for p in pairs])
+
+
+WEAK_GAP = 0.1  # nats: a median |donor - base| below this makes normalised patching values noise
+
+
+def check_gap(gap: np.ndarray, metric: str) -> None:
+    """An InterpWarning when the donor and base runs barely differ in the metric (median |gap| < WEAK_GAP):
+    every normalised value divides by that gap, so the grid is noise (e.g. a task the model cannot do)."""
+    import warnings
+
+    from ..errors import InterpWarning
+
+    med = float(np.median(np.abs(gap)))
+    if med < WEAK_GAP:
+        warnings.warn(InterpWarning(
+            f"the clean and corrupt runs barely differ: median |{metric}(donor) - {metric}(base)| = {med:.3g} over "
+            f"{len(gap)} pairs (< {WEAK_GAP}); normalised patching values divide by it and are noise. Check that "
+            "the model does the task (e.g. `interp organisms eval`), or use --raw (normalize=False)"), stacklevel=3)
 
 
 def metric_name(metric) -> str:
