@@ -190,3 +190,27 @@ def test_replica_gpus_and_memory_per_rank():
     mm = distributed.replica_max_memory({2: "70GiB", 0: "10GiB", "disk": "1TiB"}, [2, 3], {2: 80, 3: 81}, 5)
     assert mm == {2: "70GiB", 3: 81, "disk": "1TiB", "cpu": 5}
     assert distributed.replica_max_memory({"cpu": "9GiB"}, [0], {0: 1}, 5) == {0: 1, "cpu": "9GiB"}
+
+
+def test_interrupted_single_process_sweep_says_so_and_resumes(tmp_path):
+    """Ctrl-C (SIGINT) mid-sweep in one process: exit 130, the kept units are named on stderr, the rerun
+    reads them back."""
+    args = ["ablate", "--heads", "L2H4", "--draws", "2", "--lengths", "256", "--depths", "0,0.25,0.5,0.75,1",
+            "--n-seeds", "4", "--batch-size", "1"]
+    out = tmp_path / "run"
+    proc = subprocess.Popen([str(BIN / "interp"), *args, "--out", str(out)], env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    units, deadline = tmp_path / ".run.units", time.time() + 300
+    while time.time() < deadline and proc.poll() is None and len(list(units.glob("*/*/*.json"))) < 3:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the sweep ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    kept = len(list(units.glob("*/*/*.json")))
+    assert kept >= 3 and f"{kept} finished sweep units kept in" in " ".join(err.split())
+    assert not (out / "run.json").exists()
+    r = _interp(args, out)
+    assert r.returncode == 0, r.stderr
+    sweep = json.loads((out / "run.json").read_text())["sweep"]
+    assert sweep["reused"] == kept and sweep["computed"] == sweep["units"] - kept

@@ -52,11 +52,13 @@ def _end_sweep(ok: bool, refused: bool) -> None:
     from .common import console
 
     sw = distributed.current()
-    summary = distributed.end(ok or refused)
+    distributed.end(ok or refused)
     ok = ok or refused
-    if not ok and sw is not None and sw.folder is not None and sw.folder.is_dir() and summary and summary["computed"]:
-        console().print(f"{summary['computed']} finished sweep units kept in {sw.folder}: rerun the same command "
-                        "to resume from them", highlight=False, soft_wrap=True)
+    kept = len(list(sw.folder.glob("*/*.json"))) if not ok and sw is not None and sw.folder is not None and \
+        sw.folder.is_dir() else 0
+    if kept:
+        console().print(f"{kept} finished sweep units kept in {sw.folder}: rerun the same command to resume from "
+                        "them", highlight=False, soft_wrap=True)
     distributed.finish()
 
 
