@@ -32,12 +32,7 @@ def tok():
     return get_tokenizer()
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py: torch on one thread here
 
 
 def test_bundled_organisms_exist():

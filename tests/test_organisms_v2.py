@@ -27,12 +27,7 @@ from .helpers import run_cli
 ORGANISMS = ("tiny-qwen2", "tiny-llama", "tiny-gpt2")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py: torch on one thread here
 
 
 @pytest.fixture(scope="module")
