@@ -309,3 +309,29 @@ def test_organisms_eval_writes_the_new_metrics_to_a_copy_only(tmp_path, capsys):
     assert "Control strength: retrieval heads" in card
     assert "random-id copy first" in out
     assert (digest(DATA_DIR / "tiny-gpt2"), (DATA_DIR / "README.md").read_bytes()) == shipped
+
+
+def test_random_id_repeat_documents_cover_the_vocabulary():
+    """The recipe option id_repeats: "ids" documents are runs of ids uniform over 10..V-11 repeated 2-4 times,
+    the repeats tagged "copy"; without the option the v1 mix has no such kind."""
+    import random
+
+    from interp.organisms.batches import DEFAULT_MIX, Packer
+    from interp.organisms.train import config_with, get_tokenizer
+
+    tok = get_tokenizer()
+    v = tok.get_vocab_size()
+    p = Packer(tok, {**DEFAULT_MIX, "ids": 1.0})
+    r = random.Random(0)
+    seen = set()
+    for _ in range(200):
+        ids, tags = p.ids_doc(r, 60)
+        n = tags.count("text")
+        reps = len(ids) // n
+        assert 2 <= reps <= 4 and len(ids) == n * reps and ids == ids[:n] * reps
+        assert tags == ["text"] * n + ["copy"] * (n * (reps - 1))
+        assert all(10 <= i < v - 10 for i in ids)
+        seen.update(ids)
+    assert len(seen) > 0.9 * (v - 20)  # rare ids too, not only familiar tokens
+    assert "ids" not in Packer(tok, DEFAULT_MIX).kinds
+    assert config_with("tiny-qwen2", ["id_repeats=0.15", "id_repeats_from=800"]).id_repeats_from == 800

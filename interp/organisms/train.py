@@ -61,6 +61,7 @@ class OrganismConfig:
     # weight of random-id repeat documents (ids uniform over the vocabulary, repeated 2-4 times) added to both
     # mixes (the mixes' weights sum to 1): 0 keeps the v1 recipes exactly
     id_repeats: float = 0.0
+    id_repeats_from: int = 0  # ... from this step on (after the copy circuit formed on familiar tokens)
 
     @property
     def total_steps(self) -> int:
@@ -268,14 +269,19 @@ def train(
     n_params = sum(p.numel() for p in model.parameters())
     opt = _optimizer(model, cfg)
     extra = {"ids": cfg.id_repeats} if cfg.id_repeats > 0 else {}
-    packer = Packer(tok, {**cfg.mix, **extra}, cfg.answer_weight)
-    warm_packer = Packer(tok, {**cfg.warm_mix, **extra}, cfg.answer_weight)
+    packer = Packer(tok, cfg.mix, cfg.answer_weight)
+    warm_packer = Packer(tok, cfg.warm_mix, cfg.answer_weight)
+    if extra:
+        ids_packer = Packer(tok, {**cfg.mix, **extra}, cfg.answer_weight)
+        ids_warm_packer = Packer(tok, {**cfg.warm_mix, **extra}, cfg.answer_weight)
     schedule = _schedule(cfg, steps)
     log(f"[{cfg.name}] {n_params:,} params, {len(schedule)} steps, curriculum {cfg.curriculum}")
     curve, t0, tokens, window, last_penalty = [], time.time(), 0, [], None
     for step, length in enumerate(schedule):
         bsz = max(1, cfg.tokens_per_step // length)
         pk = warm_packer if step < cfg.warm_steps else packer
+        if extra and step >= cfg.id_repeats_from:
+            pk = ids_warm_packer if step < cfg.warm_steps else ids_packer
         x, y, w, amask, cmask = pk.batch(cfg.seed, step, length, bsz)
         for g in opt.param_groups:
             g["lr"] = _lr_at(cfg, step)
