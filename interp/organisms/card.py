@@ -297,6 +297,18 @@ the model card.
   smaller 512 grid: L1H3 0.17-0.22), one layer-matched set (recall 1.00) writing 0.42x the median
   head. The first is the better control and the worse head count; it is the candidate to adopt
   once the detection threshold question is settled.
+- Session 4 (issue 17): copying of arbitrary ids. The v1 organisms copy corpus tokens but not ids drawn
+  uniformly from the vocabulary (table below). Recipe option `id_repeats`: documents of ids uniform over
+  10..V-11 repeated 2-4 times (copies tagged like other repeats), added to both mixes with that weight.
+  Two tiny-qwen2 builds (v1 config, lasso 3e-3, same seed), not adopted this session:
+  `--set id_repeats=0.15` from step 0: no copy circuit formed (step 1000: answer accuracy 0.016, copy
+  loss 5.0, head-norm sum 15 vs v1's 0.98, 0.81, 30; stopped). `--set id_repeats=0.15 --set
+  id_repeats_from=800` (identical to v1 until step 800, when v1's circuit has formed; 47 min on one
+  thread): random-id copy first 6.95 / second 0.26 / gap 6.68 nats against uniform 6.91 (both targets
+  met; v1: 11.91 / 11.45 / 0.46), NIAH 1.00 at 256/512/1024 x 5 depths, corpus copy gap 6.52, retrieval
+  heads L2H4-L2H7 as in v1; still one weak layer-matched control set and IOI at chance (0.51; not in
+  the mix). model.safetensors sha256 457e68ad2aa6... It is the candidate to adopt for tiny-qwen2 (with
+  the README results rerun), and the recipe to try on tiny-llama and tiny-gpt2.
 
 ## v2 measurements (issue 17; the organisms were NOT retrained)
 
