@@ -238,6 +238,19 @@ def end(ok: bool) -> dict | None:
     return s.summary()
 
 
+def fingerprint(*seqs) -> str:
+    """sha256 of integer sequences (token ids, row indices), as raw int64 bytes with their lengths: what a
+    unit key says about the prompts and rows it covers, without writing them out as text."""
+    h = hashlib.sha256()
+    for group in seqs:
+        for x in group:
+            a = np.asarray(x, dtype=np.int64).reshape(-1)
+            h.update(len(a).to_bytes(8, "little"))
+            h.update(a.tobytes())
+        h.update(b"|")
+    return h.hexdigest()
+
+
 def _key(name: str, key: str) -> str:
     return hashlib.sha256(f"{name}\0{key}".encode()).hexdigest()[:12]
 

@@ -84,13 +84,12 @@ def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
 def _units_key(interventions, items, **extra) -> str:
     """What a sweep's units compute (interventions, prompts, options), as text: unit files of other work are
     never read back."""
-    import hashlib
     import json
 
-    h = hashlib.sha256()
-    for it in items:
-        h.update(json.dumps(list(getattr(it, "input_ids", None) or getattr(it, "ids", []))).encode())
-    return json.dumps({"interventions": [iv.describe() for iv in interventions], "prompts": h.hexdigest(), **extra},
+    from ..distributed import fingerprint
+
+    prompts = fingerprint([getattr(it, "input_ids", None) or getattr(it, "ids", []) for it in items])
+    return json.dumps({"interventions": [iv.describe() for iv in interventions], "prompts": prompts, **extra},
                       sort_keys=True, default=str)
 
 

@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ..distributed import map_units
+from ..distributed import fingerprint, map_units
 from ..errors import InvalidInputError
 from ..types import Site
 from .cells import GRID_SITES, CellPatch, Cells, check_sites
@@ -297,9 +297,10 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
                 progress(n)
             return {"raw": _metric(config, last, [pairs[i] for i in rp]), "tokens": n_tokens, "prefix_rows": n_prefix}
 
-        key = json.dumps({"site": site, "chunks": [[np.asarray(c).tolist(), int(p)] for c, p in chunks],
-                          "rows": [row_pair.tolist(), row_cell.tolist()], "config": repr(asdict(config)),
-                          "pairs": [[p.clean, p.corrupt, p.answer, p.wrong] for p in pairs]}, default=str)
+        key = json.dumps({"site": site, "config": repr(asdict(config)),
+                          "rows": fingerprint([c for c, _ in chunks], [[p for _, p in chunks]], [row_pair, row_cell]),
+                          "pairs": fingerprint([p.clean for p in pairs], [p.corrupt for p in pairs],
+                                               [[p.answer, p.wrong] for p in pairs])})
         for (sel, _), r in zip(chunks, map_units(f"patch-{site}", len(chunks), unit, key, progress,
                                                  sizes=[len(c) for c, _ in chunks])):
             raw[sel] = r["raw"]
