@@ -156,6 +156,65 @@ def ioi_prompts(n: int, seed: int = 0, split: str = "heldout", names: Sequence[s
     return out
 
 
+# Composed TRAIN templates (recipe option ioi_kind="composed"): an opening that names {A} and {B} and a
+# closing in which {S} gives something to the answer, in every combination. Written apart from TEMPLATES and
+# checked against them (`composed_templates`), so the held-out templates stay unseen; with 14 x 12 frames
+# the model cannot memorise where the answer sits in each one, which six fixed frames let it do.
+OPENINGS = (
+    " When {A} and {B} went to the {place},",
+    " Yesterday {A} and {B} met near the {place}.",
+    " {A} and {B} spent the day in {P}.",
+    " {A} and {B} were cooking {T}.",
+    " As {A} and {B} left the {place},",
+    " Then {A} met {B} at the {place}.",
+    " {A} and {B} found a {obj} {T}.",
+    " Before {A} and {B} reached {P},",
+    " At the {place}, {A} and {B} talked {T}.",
+    " {A} and {B} both lived in {P}.",
+    " Once {A} and {B} had cleaned the {obj},",
+    " {A} visited {B} in {P} {T}.",
+    " During the fair, {A} and {B} looked at the {obj}.",
+    " {A} and {B} waited by the {place}.",
+)
+CLOSINGS = (
+    " {S} gave the {obj} to",
+    " {S} passed the {obj} to",
+    " {S} threw a {obj} to",
+    " {S} offered the {obj} to",
+    " later {S} lent the {obj} to",
+    " {S} sent a note to",
+    " {S} brought a {obj} to",
+    " {S} said goodbye to",
+    " {S} read a story to",
+    " {S} mailed the {obj} to",
+    " then {S} sold a {obj} to",
+    " {S} waved to",
+)
+
+
+@lru_cache(maxsize=1)
+def composed_templates() -> tuple[str, ...]:
+    """Every opening x closing (14 x 12 = 168 frames), minus any that equals one of :data:`TEMPLATES`."""
+    fixed = set(TEMPLATES)
+    return tuple(o + c for o in OPENINGS for c in CLOSINGS if o + c not in fixed)
+
+
+def ioi_composed_doc(rng, budget: int, count: Callable[[str], int]) -> list[Piece]:
+    """Like :func:`ioi_doc` (TRAIN names only, both orders, the IO as the answer) on a composed frame
+    (:func:`composed_templates`) instead of one of the six fixed train templates."""
+    r = as_rng(rng)
+    io, s = r.sample(ioi_split().train_names, 2)
+    order = r.choice(ORDERS)
+    a, b = (io, s) if order == "ABBA" else (s, io)
+    text = r.choice(composed_templates()).format(A=a, B=b, S=s, **random_fill(r))
+    pieces: list[Piece] = [(text, "text"), (" " + io, "answer"), (".", "text")]
+    if sum(count(x) for x, _ in pieces) > budget:
+        from .documents import filler_doc
+
+        return filler_doc(r, budget, count)
+    return pieces
+
+
 def ioi_doc(rng, budget: int, count: Callable[[str], int]) -> list[Piece]:
     """A training document from the TRAIN split only: one IOI prompt and its answer (tagged "answer").
 

@@ -41,6 +41,8 @@ def main(argv=None) -> int:
     b.add_argument("--threads", type=int, default=1)
     b.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                    help="override one config field (a variant build), e.g. --set heads=16")
+    b.add_argument("--recipe", choices=("v1", "v2"), default="v1",
+                   help="v1: the recipes of the first bundled organisms; v2: + random-id and IOI documents (issue 17)")
     b.add_argument("--snapshots", action="store_true",
                    help="also save the model at the end of each curriculum phase")
     e = sub.add_parser("eval", help="measure NIAH recall, copy loss (corpus and random ids), IOI and control "
@@ -73,7 +75,7 @@ def main(argv=None) -> int:
         from .train import config_with, train
 
         try:
-            cfg = config_with(args.name, args.overrides)
+            cfg = config_with(args.name, args.overrides, args.recipe)
         except (KeyError, ValueError) as exc:
             print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
             return 2

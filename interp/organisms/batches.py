@@ -8,7 +8,8 @@ from collections.abc import Sequence
 import torch
 from tokenizers import Tokenizer
 
-from ..corpus import DOC_BUILDERS, train_rng
+from ..corpus import DOC_BUILDERS, ioi_doc, train_rng
+from ..corpus.ioi import ioi_composed_doc
 from .tokenizer import BOS, EOS, encode_pieces, token_counter
 
 # Fraction of documents of each type (the first document of each sequence is
@@ -74,7 +75,9 @@ class Packer:
         self.eos = tok.token_to_id(EOS)
         self._count = token_counter(tok)
         self._cache: dict[str, int] = {}
-        self.builders = dict(DOC_BUILDERS, tokens=tokens_doc(vocab_words(tok)))
+        # "ioi" / "ioi_composed" documents are only drawn when a mix names them (recipe options `ioi`, `ioi_kind`)
+        self.builders = dict(DOC_BUILDERS, tokens=tokens_doc(vocab_words(tok)), ioi=ioi_doc,
+                             ioi_composed=ioi_composed_doc)
 
     def count(self, text: str) -> int:
         c = self._cache.get(text)

@@ -37,7 +37,7 @@ induction heads form early. Training sequence `row` of step `step` comes from
 [1e9, 2e9) (`corpus.heldout_seed`), never used in training."""
 
 
-def _metrics_lines(ev) -> list[str]:
+def _metrics_lines(ev, trained_ioi: bool = False) -> list[str]:
     if not ev:
         return ["Not evaluated yet: run the eval command below."]
     n, c = ev["niah"], ev["copy"]
@@ -65,10 +65,11 @@ def _metrics_lines(ev) -> list[str]:
         f"{c['second_copy_loss']:.3f} nats, **gap {c['gap_nats']:.3f} nats** (target >= "
         f"{ev['targets']['copy_gap_nats']}: {'met' if ev['met']['copy_gap_nats'] else 'NOT met'})."),
     ]
-    lines += _v2_lines(ev)
+    lines += _v2_lines(ev, trained_ioi)
     lines += [
         "",
-        f"Measured with: `{ev['command']}` ({ev['eval_seconds']:.0f} s on one CPU thread).",
+        (f"Measured with: `{ev['command']}` ({ev['eval_seconds']:.0f} s on "
+         f"{ev.get('threads', 1)} CPU thread{'s' if ev.get('threads', 1) != 1 else ''})."),
     ]
     return lines
 
@@ -85,7 +86,7 @@ def _without_bos(r) -> str:
             f"second {w['second_copy_loss']:.3f}, gap {w['gap_nats']:.3f} nats.")
 
 
-def _v2_lines(ev) -> list[str]:
+def _v2_lines(ev, trained_ioi: bool = False) -> list[str]:
     """The issue-17 measurements (random-id copy, IOI, control strength), where the eval recorded them."""
     lines = []
     r = ev.get("random_id_copy")
@@ -105,9 +106,13 @@ def _v2_lines(ev) -> list[str]:
         d = q["logit_diff"]
         orders = "; ".join(f"{o} {v['logit_diff']['mean']:+.3f} / {v['accuracy']:.3f}"
                            for o, v in q["by_order"].items())
-        lines += ["", (f"IOI ({q['n_prompts']} prompts, {q['split']}; never trained on): logit difference IO - S at "
+        t = ev.get("targets", {})
+        target = (f"; target logit diff >= {t['ioi_logit_diff']:g} and accuracy >= {t['ioi_accuracy']:g}: "
+                  f"{_met(ev, 'ioi')}" if "ioi_logit_diff" in t else "")
+        seen = ("trained on the train names x train templates" if trained_ioi else "never trained on IOI")
+        lines += ["", (f"IOI ({q['n_prompts']} prompts, {q['split']}; {seen}): logit difference IO - S at "
                        f"the last token {d['mean']:+.3f} (std {d['std']:.3f}, n {d['n']}), accuracy IO > S "
-                       f"**{q['accuracy']:.3f}** (chance 0.5); by order (logit diff / accuracy): {orders}; "
+                       f"**{q['accuracy']:.3f}** (chance 0.5{target}); by order (logit diff / accuracy): {orders}; "
                        f"probability on IO + S {q['p_io_plus_s']:.3f}, on any corpus name {q['p_any_name']:.3f}.")]
     c = ev.get("controls")
     if c:
@@ -123,8 +128,42 @@ def _v2_lines(ev) -> list[str]:
                            f"random draws (seed {c['seed']}, as `interp ablate` draws them) give "
                            f"{c['distinct_sets']} distinct "
                            f"set(s), **{c['strong_sets']} writing >= {c['min_rel']}x the median head**: {sets}"
-                           + (f" (drawn from other layers for lack of heads: {spill})" if spill else "") + ".")]
+                           + (f" (drawn from other layers for lack of heads: {spill})" if spill else "") + "."
+                           + _control_targets(ev, c))]
     return lines
+
+
+def _recipe_v2_lines(cfg: dict) -> list[str]:
+    """The v2 recipe options (issue 17) a build used; none for a v1 build."""
+    out = []
+    if cfg.get("id_repeats"):
+        out.append(f"- random-id repeats (weight {cfg['id_repeats']:g} added to both mixes from step "
+                   f"{cfg.get('id_repeats_from', 0)} on): ids drawn uniformly from 10..V-11, repeated 2-4 times, the "
+                   "repeats tagged as copies")
+    if cfg.get("ioi"):
+        frames = ("one of the 168 composed train frames (`interp.corpus.ioi.composed_templates`)"
+                  if cfg.get("ioi_kind") == "ioi_composed" else "one of the six fixed train templates")
+        out.append(f"- IOI documents (weight {cfg['ioi']:g} added to both mixes from step {cfg.get('ioi_from', 0)} "
+                   f"on): a prompt on {frames} with two TRAIN names and its indirect-object answer (weighted like "
+                   "needle answers); the eval uses only the held-out names and held-out templates")
+    if cfg.get("position_offsets"):
+        out.append(f"- random position offsets from step {cfg.get('position_offsets_from', 0)} on: "
+                   f"{cfg['position_offsets']:g} of the rows of a batch start at a random position in "
+                   f"[0, {cfg['max_positions']} - length]"
+                   + (f" ({cfg['position_offsets_right']:g} of those end at the last position)"
+                      if cfg.get("position_offsets_right") else "")
+                   + " (learned positions past the curriculum length get trained)")
+    return out
+
+
+def _control_targets(ev, c) -> str:
+    t = ev.get("targets", {})
+    if "retrieval_fraction" not in c or "strong_control_sets" not in t:
+        return ""
+    return (f" Retrieval heads are {len(c['target_heads'])} of {c['n_heads_total']} heads "
+            f"({100 * c['retrieval_fraction']:.1f}%; target < {100 * t['retrieval_heads_fraction_below']:g}%: "
+            f"{_met(ev, 'retrieval_heads_fraction')}); at least {t['strong_control_sets']} strong distinct control "
+            f"sets: {_met(ev, 'strong_control_sets')}.")
 
 
 def render_card(info: dict) -> str:
@@ -166,6 +205,7 @@ def render_card(info: dict) -> str:
            "where retrieval heads are a few percent of all heads"
            + (f"; applied for the first {cfg['head_lasso_steps']} steps only" if cfg.get("head_lasso_steps") else "")]
           if cfg.get("head_lasso") else []),
+        *_recipe_v2_lines(cfg),
         (f"- seed {cfg['seed']}, {tr['steps']} steps, {tr['tokens_seen']:,} tokens, "
         f"{tr['train_seconds'] / 60:.1f} min on {info['environment']['threads']} CPU thread(s) "
         f"(torch {info['environment']['torch']}); deterministic for a given seed on CPU"),
@@ -183,7 +223,7 @@ def render_card(info: dict) -> str:
         "",
         "## Measured metrics",
         "",
-        *_metrics_lines(info.get("eval")),
+        *_metrics_lines(info.get("eval"), trained_ioi=bool(cfg.get("ioi"))),
         "",
         "## Checksum",
         "",
@@ -347,8 +387,9 @@ these levels as facts about the v1 checkpoints; a rebuild must update them. (The
 def write_index(data_dir) -> Path:
     d = Path(data_dir)
     lines = [_INDEX_HEAD, ("| model | arch | params | trained lengths | train min | NIAH recall "
-             "(by length) | copy gap (nats) | random-id gap (nats) | IOI accuracy | sha256 (model.safetensors) |"),
-             "|---" * 10 + "|"]
+             "(by length) | copy gap (nats) | random-id gap (nats) | IOI logit diff / accuracy | retrieval heads | "
+             "strong control sets | sha256 (model.safetensors) |"),
+             "|---" * 12 + "|"]
     for info_path in sorted(d.glob("*/organism.json")):
         info = json.loads(info_path.read_text())
         cfg, tr, ev = info["config"], info["training"], info.get("eval")
@@ -359,11 +400,16 @@ def write_index(data_dir) -> Path:
         else:
             niah = gap = "not measured"
         rid = f"{ev['random_id_copy']['gap_nats']:.2f}" if ev and "random_id_copy" in ev else "not measured"
-        ioi = f"{ev['ioi']['accuracy']:.2f}" if ev and "ioi" in ev else "not measured"
+        ioi = (f"{ev['ioi']['logit_diff']['mean']:+.2f} / {ev['ioi']['accuracy']:.2f}" if ev and "ioi" in ev
+               else "not measured")
+        c = (ev or {}).get("controls")
+        heads = (f"{len(c['target_heads'])} of {c['n_heads_total']}" if c and "n_heads_total" in c
+                 else "not measured")
+        strong = f"{c['strong_sets']} of {c['distinct_sets']}" if c else "not measured"
         lengths = "/".join(str(n) for n, _ in cfg["curriculum"])
         lines.append(f"| [{info['name']}]({info['name']}/README.md) | {cfg['arch']} | "
                      f"{tr['n_params']:,} | {lengths} | {tr['train_seconds'] / 60:.1f} | {niah} | "
-                     f"{gap} | {rid} | {ioi} | `{info['sha256'][:16]}...` |")
+                     f"{gap} | {rid} | {ioi} | {heads} | {strong} | `{info['sha256'][:16]}...` |")
     lines.append("")
     p = d / "README.md"
     p.write_text("\n".join(lines))

@@ -56,6 +56,10 @@ RANDOM_ID_MARGIN = 10  # ids MARGIN .. V-MARGIN-1: V - 2*MARGIN ids
 TARGET_RANDOM_ID_GAP = 3.0
 TARGET_RANDOM_ID_UNIFORM = 1.5  # |first-copy loss - ln(V - 20)| at most this
 IOI_PROMPTS = 192
+TARGET_IOI_LOGIT_DIFF = 2.0  # issue 17: held-out mean logit(IO) - logit(S) at least this ...
+TARGET_IOI_ACCURACY = 0.9  # ... and IO > S on at least this fraction (on at least one organism)
+TARGET_RETRIEVAL_FRACTION = 0.25  # retrieval heads fewer than this fraction of all heads
+TARGET_STRONG_CONTROLS = 3  # aim: at least this many distinct layer-matched sets writing >= CONTROL_MIN_REL
 CONTROL_DRAWS = 10
 CONTROL_MIN_REL = 0.5
 CONTROL_LENGTHS = (512, 1024)
@@ -79,6 +83,10 @@ def default_lengths(max_len: int) -> list[int]:
 def greedy(model, ids: list[int], max_new_tokens: int = MAX_NEW_TOKENS) -> list[int]:
     # transformers >= 5.2x names the KV cache ``cache``; older versions ``past_key_values``
     key = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    # learned absolute positions (gpt2) end at n_positions: stop there instead of indexing past the table
+    limit = getattr(model.config, "n_positions", None) if model.config.model_type == "gpt2" else None
+    if limit is not None:
+        max_new_tokens = max(1, min(max_new_tokens, limit - len(ids) + 1))
     out = model(input_ids=torch.tensor([ids]), use_cache=True)
     new = []
     nxt = out.logits[0, -1].argmax().item()
@@ -256,7 +264,9 @@ def control_eval(path, max_len: int, draws: int = CONTROL_DRAWS, seed: int = 0, 
     sel = resolve_heads("retrieval", m, niah=niah, threshold=threshold)
     grid = {"context_lengths": list(niah.context_lengths), "depths": list(niah.depths), "n_seeds": niah.n_seeds,
             "threshold": threshold, "needles": niah.needles}
+    n_total = m.spec.n_layers * m.spec.n_heads
     out = {"target_heads": [str(h) for h in sel.heads], "target_source": sel.source, "detection": grid,
+           "n_heads_total": n_total, "retrieval_fraction": len(sel.heads) / n_total,
            "baseline_recall": (sel.detection or {}).get("baseline_recall")}
     if not sel.heads:
         return {**out, "n_draws": draws, "distinct_sets": 0, "strong_sets": 0, "min_rel": min_rel, "sets": [],
@@ -303,14 +313,22 @@ def evaluate(path: str | Path, lengths: Sequence[int] | None = None,
             f"layer-matched sets in {ctl['n_draws']} draws, {ctl['strong_sets']} write >= {ctl['min_rel']}x the "
             "median head")
     res.update({
-        "eval_seconds": round(time.time() - t0, 1),
+        "eval_seconds": round(time.time() - t0, 1), "threads": threads,
         "targets": {"niah_recall": TARGET_RECALL, "copy_gap_nats": TARGET_COPY_GAP,
                     "random_id_gap_nats": TARGET_RANDOM_ID_GAP,
-                    "random_id_first_vs_uniform_nats": TARGET_RANDOM_ID_UNIFORM},
+                    "random_id_first_vs_uniform_nats": TARGET_RANDOM_ID_UNIFORM,
+                    "ioi_logit_diff": TARGET_IOI_LOGIT_DIFF, "ioi_accuracy": TARGET_IOI_ACCURACY,
+                    "retrieval_heads_fraction_below": TARGET_RETRIEVAL_FRACTION,
+                    "strong_control_sets": TARGET_STRONG_CONTROLS},
         "met": {"niah_recall": niah["recall"] >= TARGET_RECALL,
                 "copy_gap_nats": cp["gap_nats"] >= TARGET_COPY_GAP,
                 "random_id_gap_nats": rid["gap_nats"] >= TARGET_RANDOM_ID_GAP,
-                "random_id_first_vs_uniform_nats": abs(rid["first_minus_uniform"]) <= TARGET_RANDOM_ID_UNIFORM},
+                "random_id_first_vs_uniform_nats": abs(rid["first_minus_uniform"]) <= TARGET_RANDOM_ID_UNIFORM,
+                "ioi": (ioi["logit_diff"]["mean"] >= TARGET_IOI_LOGIT_DIFF
+                        and ioi["accuracy"] >= TARGET_IOI_ACCURACY),
+                **({"retrieval_heads_fraction": 0 < res["controls"]["retrieval_fraction"] < TARGET_RETRIEVAL_FRACTION,
+                    "strong_control_sets": res["controls"]["strong_sets"] >= TARGET_STRONG_CONTROLS}
+                   if "controls" in res else {})},
         "command": command or f"python -m interp.organisms eval {path.name}"})
     if write and info:
         info["eval"] = res

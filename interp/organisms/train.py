@@ -62,6 +62,19 @@ class OrganismConfig:
     # mixes (the mixes' weights sum to 1): 0 keeps the v1 recipes exactly
     id_repeats: float = 0.0
     id_repeats_from: int = 0  # ... from this step on (after the copy circuit formed on familiar tokens)
+    # weight of IOI documents (interp.corpus.ioi_doc: one prompt of the TRAIN names and templates and its
+    # indirect-object answer, tagged "answer") added to both mixes from step ioi_from on: 0 keeps v1
+    ioi: float = 0.0
+    ioi_from: int = 0
+    ioi_kind: str = "ioi"  # "ioi": the six fixed train templates; "ioi_composed": 168 composed train frames
+    # learned absolute positions only (gpt2): from step position_offsets_from on, this fraction of the rows
+    # of a batch starts at a random position in [0, max_positions - length] instead of 0, so position
+    # embeddings past the current curriculum length are trained by the short, cheap phases
+    position_offsets: float = 0.0
+    position_offsets_from: int = 0
+    # ... of the shifted rows, this fraction ends at the last position (start max_positions - length) rather
+    # than at a uniform start, which alone leaves the last positions nearly untrained
+    position_offsets_right: float = 0.0
 
     @property
     def total_steps(self) -> int:
@@ -72,6 +85,7 @@ class OrganismConfig:
         return max(length for length, _ in self.curriculum)
 
 
+IOI_KINDS = ("ioi", "ioi_composed")
 CURRICULUM = [(64, 300), (128, 500), (256, 700), (512, 600), (1024, 600)]
 
 ORGANISMS: dict[str, OrganismConfig] = {
@@ -89,26 +103,45 @@ ORGANISMS: dict[str, OrganismConfig] = {
         seed=3,
     ),
 }
+# v2 recipes (issue 17): identical to v1 until the copy circuit has formed on corpus tokens (v1's answer
+# accuracy jumps at step ~800 / ~1000 / ~400), then random-id repeats and IOI documents join the mix;
+# tiny-gpt2 is trained on to 1024 tokens, with half of the rows at random position offsets from its
+# 256-token phase on so that its learned position embeddings 256..1023 are trained too.
+ORGANISMS_V2: dict[str, OrganismConfig] = {
+    "tiny-qwen2": replace(ORGANISMS["tiny-qwen2"], id_repeats=0.15, id_repeats_from=800, ioi=0.5, ioi_from=800,
+                          ioi_kind="ioi_composed"),
+    "tiny-llama": replace(ORGANISMS["tiny-llama"], id_repeats=0.15, id_repeats_from=1100, ioi=0.5,
+                          ioi_from=1100, ioi_kind="ioi_composed"),
+    "tiny-gpt2": replace(ORGANISMS["tiny-gpt2"], curriculum=[(64, 500), (128, 800), (256, 900), (512, 400),
+                                                             (1024, 600)],
+                         id_repeats=0.15, id_repeats_from=700, ioi=0.5, ioi_from=700, ioi_kind="ioi_composed",
+                         position_offsets=0.5, position_offsets_from=1300, position_offsets_right=0.5),
+}
 
 
-def get_config(name_or_cfg: str | OrganismConfig | dict) -> OrganismConfig:
+RECIPES = {"v1": ORGANISMS, "v2": ORGANISMS_V2}
+
+
+def get_config(name_or_cfg: str | OrganismConfig | dict, recipe: str = "v1") -> OrganismConfig:
     if isinstance(name_or_cfg, OrganismConfig):
         return name_or_cfg
     if isinstance(name_or_cfg, dict):
         d = dict(name_or_cfg)
         d["curriculum"] = [tuple(x) for x in d.get("curriculum", [(128, 10)])]
         return OrganismConfig(**d)
-    if name_or_cfg not in ORGANISMS:
-        raise KeyError(f"unknown organism {name_or_cfg!r}; known: {sorted(ORGANISMS)}")
-    return replace(ORGANISMS[name_or_cfg])
+    if recipe not in RECIPES:
+        raise KeyError(f"unknown recipe {recipe!r}; known: {sorted(RECIPES)}")
+    if name_or_cfg not in RECIPES[recipe]:
+        raise KeyError(f"unknown organism {name_or_cfg!r}; known: {sorted(RECIPES[recipe])}")
+    return replace(RECIPES[recipe][name_or_cfg])
 
 
-def config_with(name_or_cfg: str | OrganismConfig, overrides: list[str]) -> OrganismConfig:
+def config_with(name_or_cfg: str | OrganismConfig, overrides: list[str], recipe: str = "v1") -> OrganismConfig:
     """An organism config with ``FIELD=VALUE`` overrides (values parsed as the field's type).
 
     ``curriculum`` takes ``LEN:STEPS,LEN:STEPS,...``.
     """
-    cfg = get_config(name_or_cfg)
+    cfg = get_config(name_or_cfg, recipe)
     names = {f.name: f for f in fields(OrganismConfig)}
     changes: dict = {}
     for item in overrides:
@@ -232,6 +265,46 @@ def _optimizer(model, cfg: OrganismConfig):
     )
 
 
+def _extras(cfg: OrganismConfig, step: int) -> dict[str, float]:
+    """The document kinds added to the mix at this step (recipe options with a start step)."""
+    out = {}
+    if cfg.id_repeats > 0 and step >= cfg.id_repeats_from:
+        out["ids"] = cfg.id_repeats
+    if cfg.ioi > 0 and step >= cfg.ioi_from:
+        out[cfg.ioi_kind] = cfg.ioi
+    return out
+
+
+def _packer(cache: dict, tok, cfg: OrganismConfig, step: int) -> Packer:
+    """The packer of this step's mix (warm or main mix plus the active extras), built once per mix."""
+    warm = step < cfg.warm_steps
+    extra = _extras(cfg, step)
+    key = (warm, tuple(sorted(extra.items())))
+    if key not in cache:
+        cache[key] = Packer(tok, {**(cfg.warm_mix if warm else cfg.mix), **extra}, cfg.answer_weight)
+    return cache[key]
+
+
+def _position_ids(cfg: OrganismConfig, step: int, length: int, bsz: int) -> torch.Tensor | None:
+    """Position ids of a batch: None (0..length-1) unless position offsets are on at this step."""
+    if not cfg.position_offsets or step < cfg.position_offsets_from or length >= cfg.max_positions:
+        return None
+    import random
+
+    r = random.Random(f"offsets/{cfg.seed}/{step}")
+    top = cfg.max_positions - length
+
+    def start() -> int:
+        if r.random() >= cfg.position_offsets:
+            return 0
+        if cfg.position_offsets_right and r.random() < cfg.position_offsets_right:
+            return top
+        return r.randint(0, top)
+
+    starts = [start() for _ in range(bsz)]
+    return torch.tensor(starts).unsqueeze(1) + torch.arange(length).unsqueeze(0)
+
+
 def get_tokenizer(tokenizer_dir: str | Path | None = None):
     """The shared tokenizer: loaded from ``tokenizer_dir`` if present, else fitted (deterministic)."""
     d = Path(tokenizer_dir) if tokenizer_dir else TOKENIZER_DIR
@@ -268,24 +341,23 @@ def train(
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     opt = _optimizer(model, cfg)
-    extra = {"ids": cfg.id_repeats} if cfg.id_repeats > 0 else {}
-    packer = Packer(tok, cfg.mix, cfg.answer_weight)
-    warm_packer = Packer(tok, cfg.warm_mix, cfg.answer_weight)
-    if extra:
-        ids_packer = Packer(tok, {**cfg.mix, **extra}, cfg.answer_weight)
-        ids_warm_packer = Packer(tok, {**cfg.warm_mix, **extra}, cfg.answer_weight)
+    if cfg.position_offsets and cfg.arch != "gpt2":
+        raise ValueError("position_offsets is for learned absolute positions (arch gpt2); "
+                         f"{cfg.arch} uses rotary positions")
+    if cfg.ioi_kind not in IOI_KINDS:
+        raise ValueError(f"ioi_kind {cfg.ioi_kind!r}: valid kinds are {', '.join(IOI_KINDS)}")
+    packers: dict[tuple, Packer] = {}
     schedule = _schedule(cfg, steps)
     log(f"[{cfg.name}] {n_params:,} params, {len(schedule)} steps, curriculum {cfg.curriculum}")
     curve, t0, tokens, window, last_penalty = [], time.time(), 0, [], None
     for step, length in enumerate(schedule):
         bsz = max(1, cfg.tokens_per_step // length)
-        pk = warm_packer if step < cfg.warm_steps else packer
-        if extra and step >= cfg.id_repeats_from:
-            pk = ids_warm_packer if step < cfg.warm_steps else ids_packer
+        pk = _packer(packers, tok, cfg, step)
         x, y, w, amask, cmask = pk.batch(cfg.seed, step, length, bsz)
+        pos = _position_ids(cfg, step, length, bsz)
         for g in opt.param_groups:
             g["lr"] = _lr_at(cfg, step)
-        logits = model(input_ids=x).logits
+        logits = model(input_ids=x, position_ids=pos).logits
         nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
         nll = nll.view_as(w)
         loss = (nll * w).sum() / w.sum()

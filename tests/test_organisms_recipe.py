@@ -1,0 +1,192 @@
+"""The v2 organism recipe (issue 17): extra document kinds that join the mix at a given step (random-id
+repeats, IOI documents), random position offsets for learned absolute positions, the `--recipe` switch,
+and that the v1 recipes are unchanged by any of it (a v2 build equals v1 up to the step its extras start).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+import torch
+
+from interp.corpus import ioi
+from interp.organisms.batches import DEFAULT_MIX, Packer
+from interp.organisms.train import (
+    ORGANISMS,
+    ORGANISMS_V2,
+    OrganismConfig,
+    _extras,
+    _packer,
+    _position_ids,
+    config_with,
+    get_tokenizer,
+    train,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py: torch on one thread here
+
+TINY = {"name": "tiny-test", "hidden": 64, "layers": 1, "heads": 2, "kv_heads": 2, "head_dim": 32,
+        "intermediate": 64, "max_positions": 128, "curriculum": [(32, 4)], "tokens_per_step": 128,
+        "warmup": 1, "lr": 3e-3, "seed": 0, "warm_steps": 1}
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return get_tokenizer()
+
+
+@pytest.mark.parametrize("kind", ["ioi", "ioi_composed"])
+def test_ioi_documents_are_train_split_prompts_with_the_indirect_object_as_answer(tok, kind):
+    """Packed "ioi" / "ioi_composed" documents: the answer token is the name of the first clause that is
+    not repeated, drawn from the train names only, and the prompt is a train template (fixed or composed),
+    never a held-out one."""
+    p = Packer(tok, {kind: 1.0})
+    sp = ioi.ioi_split()
+    frames = ([ioi.TEMPLATES[t] for t in sp.train_templates] if kind == "ioi" else list(ioi.composed_templates()))
+    heldout = [ioi.TEMPLATES[t] for t in sp.heldout_templates]
+    used = set()
+    decode = tok.decode
+    answers, orders = Counter(), Counter()
+    for row in range(40):
+        ids, tags = p.sequence(random.Random(f"t/{row}"), 128)
+        starts = [i for i, t in enumerate(tags) if t == "answer"]
+        assert starts, "an all-IOI mix packs IOI answers"
+        for i in starts:
+            name = decode([ids[i]]).strip()
+            # the prompt is the text since the previous EOS
+            j = max(k for k in range(i) if ids[k] in (p.eos, p.bos))
+            prompt = decode(ids[j + 1:i])
+            matches = [t for t in frames if _fits(t, prompt)]
+            assert matches and not any(_fits(t, prompt) for t in heldout), prompt
+            used.update(matches)
+            words = [w.strip(",.") for w in prompt.split()]
+            names = [w for w in words if w in ioi.NAMES]
+            assert name in sp.train_names and name not in sp.heldout_names
+            assert names.count(name) == 1 and len(set(names)) == 2, (prompt, name)
+            other = next(n for n in names if n != name)
+            assert names.count(other) == 2  # the subject is repeated, the answer is not
+            answers[name] += 1
+            orders["ABBA" if names[0] == name else "BABA"] += 1
+    assert len(answers) > 10 and min(orders.values()) > 0.3 * sum(orders.values())
+    assert len(used) > (5 if kind == "ioi" else 30)  # many frames, not one
+
+
+def test_composed_templates_are_many_and_none_is_a_fixed_template():
+    frames = ioi.composed_templates()
+    assert len(frames) == len(ioi.OPENINGS) * len(ioi.CLOSINGS) == 168
+    assert not set(frames) & set(ioi.TEMPLATES)
+    for f in frames:  # every frame names A and B once, repeats S once, and ends before the receiver
+        assert f.count("{A}") == f.count("{B}") == f.count("{S}") == 1 and f.endswith(" to")
+
+
+def _fits(template: str, prompt: str) -> bool:
+    """Whether `prompt` is `template` with its slots filled (fixed text between the slots in order)."""
+    import re
+
+    parts = re.split(r"\{[A-Za-z]+\}", template.strip())
+    pattern = ".+?".join(re.escape(x) for x in parts)
+    return re.fullmatch(pattern, prompt.strip()) is not None
+
+
+def test_extras_join_the_mix_at_their_start_steps(tok):
+    cfg = OrganismConfig(**TINY, arch="llama", id_repeats=0.15, id_repeats_from=2, ioi=0.2, ioi_from=3)
+    assert [_extras(cfg, s) for s in range(4)] == [{}, {}, {"ids": 0.15}, {"ids": 0.15, "ioi": 0.2}]
+    assert _extras(replace(cfg, ioi_kind="ioi_composed"), 3) == {"ids": 0.15, "ioi_composed": 0.2}
+    with pytest.raises(ValueError, match="valid kinds"):
+        train(replace(cfg, ioi_kind="ioi_free"), "/nonexistent/never-written", log=lambda s: None)
+    cache: dict = {}
+    kinds = [tuple(_packer(cache, tok, cfg, s).kinds) for s in range(4)]
+    assert kinds[0] == tuple(sorted(cfg.warm_mix))  # step 0 is a warm step
+    assert kinds[1] == tuple(sorted(DEFAULT_MIX))
+    assert "ids" in kinds[2] and "ioi" not in kinds[2] and {"ids", "ioi"} <= set(kinds[3])
+    assert len(cache) == 4 and _packer(cache, tok, cfg, 3) is _packer(cache, tok, cfg, 3)
+    v1 = OrganismConfig(**TINY, arch="llama")
+    assert all(_extras(v1, s) == {} for s in range(10))
+
+
+def test_position_offsets_are_seeded_in_range_and_only_for_learned_positions():
+    cfg = OrganismConfig(**TINY, arch="gpt2", position_offsets=0.5, position_offsets_from=2)
+    assert _position_ids(cfg, 1, 32, 8) is None  # before the start step
+    pos = _position_ids(cfg, 5, 32, 64)
+    assert pos.shape == (64, 32) and torch.equal(pos, _position_ids(cfg, 5, 32, 64))
+    assert torch.equal(pos - pos[:, :1], torch.arange(32).expand(64, 32))  # consecutive from a start
+    starts = pos[:, 0]
+    assert starts.min() >= 0 and starts.max() <= cfg.max_positions - 32
+    shifted = (starts > 0).float().mean().item()
+    assert 0.3 < shifted < 0.7  # about half the rows, as configured
+    assert not torch.equal(pos, _position_ids(cfg, 6, 32, 64))
+    assert _position_ids(replace(cfg, position_offsets=0.0), 5, 32, 8) is None
+    right = _position_ids(replace(cfg, position_offsets=1.0, position_offsets_right=0.5), 5, 32, 400)[:, 0]
+    at_end = (right == cfg.max_positions - 32).float().mean().item()
+    assert 0.4 < at_end < 0.6  # half of the shifted rows end at the last position
+    assert _position_ids(cfg, 5, 128, 8) is None  # a full-length batch has no room to shift
+    with pytest.raises(ValueError, match="learned absolute positions"):
+        train(OrganismConfig(**TINY, arch="llama", position_offsets=0.5), "/nonexistent/never-written",
+              log=lambda s: None)
+
+
+def test_position_offsets_change_training_only_through_the_position_ids(tmp_path):
+    """An offset build trains on the same tokens as a plain one (same losses before the offsets start),
+    then diverges; and the offsets reach the model (the trained position rows past the batch length move)."""
+    from safetensors.torch import load_file
+
+    base = OrganismConfig(**{**TINY, "curriculum": [(32, 3)]}, arch="gpt2")
+    shifted = replace(base, position_offsets=1.0, position_offsets_from=1)
+    a = train(base, tmp_path / "a", log=lambda s: None, log_every=1)
+    b = train(shifted, tmp_path / "b", log=lambda s: None, log_every=1)
+    la = [c["lm_loss"] for c in a["training"]["loss_curve"]]
+    lb = [c["lm_loss"] for c in b["training"]["loss_curve"]]
+    assert la[0] == lb[0] and la[1:] != lb[1:]
+    init = train(base, tmp_path / "init", steps=1, log=lambda s: None)
+    wa, wb, w0 = (load_file(str(tmp_path / d / "model.safetensors"))["transformer.wpe.weight"]
+                  for d in ("a", "b", "init"))
+    assert init["sha256"] != a["sha256"]
+    # rows 32.. are never used without offsets, so after step 1 they only move with them
+    assert torch.equal(wa[32:], w0[32:]) and not torch.equal(wb[32:], w0[32:])
+
+
+def test_v2_recipes_extend_v1_and_leave_it_unchanged():
+    for name, v1 in ORGANISMS.items():
+        v2 = ORGANISMS_V2[name]
+        assert (v1.id_repeats, v1.ioi, v1.position_offsets) == (0.0, 0.0, 0.0)  # the shipped v1 recipes
+        assert v2.id_repeats > 0 and v2.ioi > 0
+        assert v2.id_repeats_from > 0 and v2.ioi_from > 0  # after the copy circuit has formed
+        same = {f: getattr(v1, f) for f in ("arch", "hidden", "layers", "heads", "kv_heads", "seed", "head_lasso")}
+        assert same == {f: getattr(v2, f) for f in same}
+    assert ORGANISMS_V2["tiny-gpt2"].max_trained_length == 1024
+    assert config_with("tiny-llama", [], "v2") == ORGANISMS_V2["tiny-llama"]
+    assert config_with("tiny-llama", []) == ORGANISMS["tiny-llama"]
+    with pytest.raises(KeyError, match="unknown recipe"):
+        config_with("tiny-llama", [], "v3")
+
+
+def test_v2_build_equals_v1_until_its_extras_start(tmp_path):
+    """The same seed and data until the first extra starts: identical weights after those steps."""
+    base = OrganismConfig(**{**TINY, "curriculum": [(32, 3)]}, arch="qwen2")
+    v2 = replace(base, id_repeats=0.15, id_repeats_from=2, ioi=0.2, ioi_from=2)
+    assert train(base, tmp_path / "a", steps=2, log=lambda s: None)["sha256"] == \
+        train(v2, tmp_path / "b", steps=2, log=lambda s: None)["sha256"]
+    assert train(base, tmp_path / "c", log=lambda s: None)["sha256"] != \
+        train(v2, tmp_path / "d", log=lambda s: None)["sha256"]
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_v2_training_is_deterministic(tmp_path, arch):
+    """Two builds of a config using every v2 option give the same checkpoint, byte for byte."""
+    cfg = OrganismConfig(**TINY, arch=arch, id_repeats=0.15, id_repeats_from=1, ioi=0.2, ioi_from=1,
+                         **({"position_offsets": 0.5, "position_offsets_from": 1} if arch == "gpt2" else {}))
+    a = train(cfg, tmp_path / "a", log=lambda s: None)
+    b = train(cfg, tmp_path / "b", log=lambda s: None)
+    assert a["sha256"] == b["sha256"]
+
+
+def test_build_cli_takes_the_recipe(tmp_path, capsys):
+    from interp.organisms.__main__ import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["build", "tiny-qwen2", "--recipe", "v9", "--out", str(tmp_path / "x")])
+    assert exc.value.code == 2 and "v9" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
