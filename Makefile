@@ -38,39 +38,44 @@ clean:
 	rm -rf $(VENV) .pytest_cache
 
 # The numbers in the README's results section (bundled organisms and minilm-l6), into runs/results/.
-results: setup
-	for m in tiny-qwen2 tiny-llama; do \
-		$(VENV)/bin/interp detect retrieval --model $$m --lengths 512,1024 --n-seeds 8 --overwrite --out runs/results/$$m/retrieval && \
-		$(VENV)/bin/interp ablate --model $$m --heads retrieval --from runs/results/$$m/retrieval \
-			--lengths 512,1024 --n-seeds 8 --draws 5 --overwrite --out runs/results/$$m/ablate && \
-		$(VENV)/bin/interp ablate --model $$m --heads retrieval --from runs/results/$$m/retrieval \
-			--lengths 512,1024 --n-seeds 8 --draws 10 --random-pool any --overwrite --out runs/results/$$m/ablate-any && \
-		$(VENV)/bin/interp rope-zero --model $$m --heads retrieval --from runs/results/$$m/retrieval \
-			--lengths 512,1024 --n-seeds 4 --dims 0,4,8,16,32 --overwrite --out runs/results/$$m/rope-zero && \
-		$(VENV)/bin/interp rope-profile --model $$m --heads retrieval --from runs/results/$$m/retrieval \
-			--out runs/results/$$m/rope-profile || exit 1; \
-	done
-	for m in tiny-qwen2 tiny-llama tiny-gpt2; do \
-		$(VENV)/bin/interp detect induction --model $$m --overwrite --out runs/results/$$m/induction && \
-		$(VENV)/bin/interp detect copy-suppression --model $$m --overwrite --out runs/results/$$m/copy-suppression || exit 1; \
-	done
-	for m in tiny-qwen2 tiny-llama; do \
-		$(VENV)/bin/interp patch --model $$m --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --n-seeds 4 \
-			--site head_out,head_out_by_pos --positions=-1 --overwrite --out runs/results/$$m/patch-niah-heads && \
-		$(VENV)/bin/interp patch --model $$m --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --n-seeds 4 \
-			--site resid_pre,attn_out,mlp_out --align anchor --positions=-2,-1,0,1,2 --overwrite --out runs/results/$$m/patch-niah-needle && \
-		$(VENV)/bin/interp patch --model $$m --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --n-seeds 4 \
-			--site resid_pre,attn_out,mlp_out --positions=-3,-2,-1 --overwrite --out runs/results/$$m/patch-niah-last && \
-		$(VENV)/bin/interp patch --model $$m --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --n-seeds 4 \
+# One target per model (`make results-tiny-llama`), so the models can run side by side on separate cores.
+RESULTS_MODELS := tiny-qwen2 tiny-llama tiny-gpt2 minilm-l6
+RETRIEVAL_MODELS := tiny-qwen2 tiny-llama
+I := $(VENV)/bin/interp
+OUT = runs/results/$*
+
+results: $(addprefix results-,$(RESULTS_MODELS))
+
+results-minilm-l6: setup
+	$(I) probe --model minilm-l6 --overwrite --out runs/results/minilm-l6/probe
+
+results-%: setup
+	@if echo " $(RETRIEVAL_MODELS) " | grep -q " $* "; then set -e; \
+		$(I) detect retrieval --model $* --lengths 512,1024 --n-seeds 8 --overwrite --out $(OUT)/retrieval; \
+		$(I) ablate --model $* --heads retrieval --from $(OUT)/retrieval \
+			--lengths 512,1024 --n-seeds 8 --draws 5 --overwrite --out $(OUT)/ablate; \
+		$(I) ablate --model $* --heads retrieval --from $(OUT)/retrieval \
+			--lengths 512,1024 --n-seeds 8 --draws 10 --random-pool any --overwrite --out $(OUT)/ablate-any; \
+		$(I) rope-zero --model $* --heads retrieval --from $(OUT)/retrieval \
+			--lengths 512,1024 --n-seeds 4 --dims 0,4,8,16,32 --overwrite --out $(OUT)/rope-zero; \
+		$(I) rope-profile --model $* --heads retrieval --from $(OUT)/retrieval --overwrite --out $(OUT)/rope-profile; \
+		$(I) patch --model $* --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --n-seeds 4 \
+			--site head_out,head_out_by_pos --positions=-1 --overwrite --out $(OUT)/patch-niah-heads; \
+		$(I) patch --model $* --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --n-seeds 4 \
+			--site resid_pre,attn_out,mlp_out --align anchor --positions=-2,-1,0,1,2 --overwrite --out $(OUT)/patch-niah-needle; \
+		$(I) patch --model $* --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --n-seeds 4 \
+			--site resid_pre,attn_out,mlp_out --positions=-3,-2,-1 --overwrite --out $(OUT)/patch-niah-last; \
+		$(I) patch --model $* --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --n-seeds 4 \
 			--site head_out,head_out_by_pos --positions=-1 --method atp-qk --verify-top 6 --verify-sample 20 \
-			--out runs/results/$$m/patch-niah-heads-atp && \
-		$(VENV)/bin/interp patch --model $$m --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --n-seeds 4 \
+			--overwrite --out $(OUT)/patch-niah-heads-atp; \
+		$(I) patch --model $* --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --n-seeds 4 \
 			--site head_out,resid_pre --method atp-qk --verify-top 10 --verify-sample 20 \
-			--out runs/results/$$m/patch-niah-atp || exit 1; \
-	done
-	for m in tiny-qwen2 tiny-llama tiny-gpt2; do \
-		$(VENV)/bin/interp patch --model $$m --task repeated --n-seeds 16 --copy-length 20 --site resid_pre,head_out \
-			--out runs/results/$$m/patch-repeated || exit 1; \
-	done
-	$(VENV)/bin/interp probe --model minilm-l6 --overwrite --out runs/results/minilm-l6/probe
-	$(VENV)/bin/interp probe --model tiny-qwen2 --overwrite --out runs/results/tiny-qwen2/probe
+			--overwrite --out $(OUT)/patch-niah-atp; \
+	fi
+	$(I) detect induction --model $* --overwrite --out $(OUT)/induction
+	$(I) detect copy-suppression --model $* --overwrite --out $(OUT)/copy-suppression
+	$(I) patch --model $* --task repeated --n-seeds 16 --copy-length 20 --site resid_pre,head_out \
+		--overwrite --out $(OUT)/patch-repeated
+	$(I) patch --model $* --task ioi --n-pairs 64 --site resid_pre,attn_out,head_out_by_pos --positions=-1 \
+		--overwrite --out $(OUT)/patch-ioi
+	@if [ "$*" = tiny-qwen2 ]; then $(I) probe --model $* --overwrite --out $(OUT)/probe; fi

@@ -157,8 +157,8 @@ def test_v2_recipes_extend_v1_and_leave_it_unchanged():
         same = {f: getattr(v1, f) for f in ("arch", "hidden", "layers", "heads", "kv_heads", "seed", "head_lasso")}
         assert same == {f: getattr(v2, f) for f in same}
     assert ORGANISMS_V2["tiny-gpt2"].max_trained_length == 1024
-    assert config_with("tiny-llama", [], "v2") == ORGANISMS_V2["tiny-llama"]
-    assert config_with("tiny-llama", []) == ORGANISMS["tiny-llama"]
+    assert config_with("tiny-llama", []) == ORGANISMS_V2["tiny-llama"]  # v2 is the default recipe
+    assert config_with("tiny-llama", [], "v1") == ORGANISMS["tiny-llama"]
     with pytest.raises(KeyError, match="unknown recipe"):
         config_with("tiny-llama", [], "v3")
 

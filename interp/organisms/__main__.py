@@ -41,8 +41,9 @@ def main(argv=None) -> int:
     b.add_argument("--threads", type=int, default=1)
     b.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                    help="override one config field (a variant build), e.g. --set heads=16")
-    b.add_argument("--recipe", choices=("v1", "v2"), default="v1",
-                   help="v1: the recipes of the first bundled organisms; v2: + random-id and IOI documents (issue 17)")
+    b.add_argument("--recipe", choices=("v1", "v2"), default="v2",
+                   help="v2 (the bundled organisms): + random-id repeats and IOI documents, tiny-gpt2 to 1024 tokens "
+                   "(issue 17); v1: the first bundled organisms' recipes")
     b.add_argument("--snapshots", action="store_true",
                    help="also save the model at the end of each curriculum phase")
     e = sub.add_parser("eval", help="measure NIAH recall, copy loss (corpus and random ids), IOI and control "

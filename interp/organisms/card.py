@@ -113,7 +113,8 @@ def _v2_lines(ev, trained_ioi: bool = False) -> list[str]:
         lines += ["", (f"IOI ({q['n_prompts']} prompts, {q['split']}; {seen}): logit difference IO - S at "
                        f"the last token {d['mean']:+.3f} (std {d['std']:.3f}, n {d['n']}), accuracy IO > S "
                        f"**{q['accuracy']:.3f}** (chance 0.5{target}); by order (logit diff / accuracy): {orders}; "
-                       f"probability on IO + S {q['p_io_plus_s']:.3f}, on any corpus name {q['p_any_name']:.3f}.")]
+                       f"probability on IO + S {q['p_io_plus_s']:.3f}, on any corpus name {q['p_any_name']:.3f}."
+                       + _ioi_train_split(q))]
     c = ev.get("controls")
     if c:
         if not c["target_heads"]:
@@ -154,6 +155,15 @@ def _recipe_v2_lines(cfg: dict) -> list[str]:
                       if cfg.get("position_offsets_right") else "")
                    + " (learned positions past the curriculum length get trained)")
     return out
+
+
+def _ioi_train_split(q) -> str:
+    t = q.get("train_split")
+    if not t:
+        return ""
+    orders = "; ".join(f"{o} {v['logit_diff']['mean']:+.3f} / {v['accuracy']:.3f}" for o, v in t["by_order"].items())
+    return (f" For comparison, {t['n_prompts']} prompts of the train names x the six fixed train templates: logit "
+            f"difference {t['logit_diff']['mean']:+.3f}, accuracy {t['accuracy']:.3f} ({orders}).")
 
 
 def _control_targets(ev, c) -> str:

@@ -110,8 +110,8 @@ ORGANISMS: dict[str, OrganismConfig] = {
 ORGANISMS_V2: dict[str, OrganismConfig] = {
     "tiny-qwen2": replace(ORGANISMS["tiny-qwen2"], id_repeats=0.15, id_repeats_from=800, ioi=0.5, ioi_from=800,
                           ioi_kind="ioi_composed"),
-    "tiny-llama": replace(ORGANISMS["tiny-llama"], id_repeats=0.15, id_repeats_from=1100, ioi=0.5,
-                          ioi_from=1100, ioi_kind="ioi_composed"),
+    "tiny-llama": replace(ORGANISMS["tiny-llama"], id_repeats=0.15, id_repeats_from=1100, ioi=0.2,
+                          ioi_from=1100),
     "tiny-gpt2": replace(ORGANISMS["tiny-gpt2"], curriculum=[(64, 500), (128, 800), (256, 900), (512, 400),
                                                              (1024, 600)],
                          id_repeats=0.15, id_repeats_from=700, ioi=0.5, ioi_from=700, ioi_kind="ioi_composed",
@@ -120,9 +120,10 @@ ORGANISMS_V2: dict[str, OrganismConfig] = {
 
 
 RECIPES = {"v1": ORGANISMS, "v2": ORGANISMS_V2}
+DEFAULT_RECIPE = "v2"  # the bundled organisms' recipe (`python -m interp.organisms build NAME` rebuilds them)
 
 
-def get_config(name_or_cfg: str | OrganismConfig | dict, recipe: str = "v1") -> OrganismConfig:
+def get_config(name_or_cfg: str | OrganismConfig | dict, recipe: str = DEFAULT_RECIPE) -> OrganismConfig:
     if isinstance(name_or_cfg, OrganismConfig):
         return name_or_cfg
     if isinstance(name_or_cfg, dict):
@@ -136,7 +137,8 @@ def get_config(name_or_cfg: str | OrganismConfig | dict, recipe: str = "v1") -> 
     return replace(RECIPES[recipe][name_or_cfg])
 
 
-def config_with(name_or_cfg: str | OrganismConfig, overrides: list[str], recipe: str = "v1") -> OrganismConfig:
+def config_with(name_or_cfg: str | OrganismConfig, overrides: list[str],
+                recipe: str = DEFAULT_RECIPE) -> OrganismConfig:
     """An organism config with ``FIELD=VALUE`` overrides (values parsed as the field's type).
 
     ``curriculum`` takes ``LEN:STEPS,LEN:STEPS,...``.
