@@ -1,9 +1,8 @@
 """Issue 17 ("Organisms v2") measurements that need no retraining: random-id copying, IOI (prompts,
 eval, `interp patch --task ioi`) and the strength of the layer-matched random controls.
 
-Each metric is checked against an independent recomputation; the `test_v1_*` tests record the levels
-of the SHIPPED (v1) organisms, which were never retrained for these metrics: a rebuild must update
-them (and the "v2 measurements" note in data/organisms/README.md)."""
+Each metric is checked against an independent recomputation; the `test_shipped_*` tests assert the levels
+of the SHIPPED (v2) organisms: a rebuild must update them (and data/organisms/README.md)."""
 
 from __future__ import annotations
 
@@ -77,20 +76,18 @@ def test_random_id_metric_equals_a_teacher_forced_recomputation(name, organisms,
     assert got["id_range"] == [10, V - 11] and (got["n_seqs"], got["seq_len"]) == (16, 40)
 
 
-def test_v1_random_id_levels(random_id):
-    """The shipped v1 organisms (not retrained for issue 17): measured levels, and the targets they miss.
-    With <s> (as the eval and training do) none copies random ids: gaps 0.5-1.2 nats, first copy ~5 nats
-    above uniform. Without <s> the gaps are the ones the issue reported (2.2 / 4.9 / 2.8)."""
+def test_shipped_random_id_levels(random_id):
+    """The shipped v2 organisms (recipe v2: random-id repeat documents in the mix) meet both random-id targets
+    of issue 17: second copy >= 3 nats below the first, first copy within 1.5 nats of uniform (measured: gaps
+    6.70 / 6.63 / 6.79, first copy +0.05 above uniform; the v1 builds had gaps 0.46 / 1.17 / 1.12 and first
+    copies ~5 nats above uniform)."""
     r = random_id
     for name in ORGANISMS:
-        assert 0 < r[name]["gap_nats"] < 3, name  # the issue's target (>= 3) is NOT met by any v1 organism
-        # first copy far above uniform (the target: within 1.5 nats): rare ids are ruled out by frequency
-        assert r[name]["first_minus_uniform"] > 4, name
-    assert r["tiny-llama"]["gap_nats"] > 2 * r["tiny-qwen2"]["gap_nats"]
-    nb = {name: r[name]["without_bos"]["gap_nats"] for name in ORGANISMS}
-    assert nb["tiny-llama"] >= 4 and nb["tiny-qwen2"] < 3 and nb["tiny-gpt2"] < 3, nb
-    for name in ORGANISMS:
-        assert r[name]["without_bos"]["first_copy_loss"] > r[name]["first_copy_loss"], name
+        assert r[name]["gap_nats"] >= 6, name
+        assert abs(r[name]["first_minus_uniform"]) < 0.5, name
+        # without <s> (never seen in training) the first copy is far off uniform, and copying still works
+        assert r[name]["without_bos"]["first_copy_loss"] > r[name]["first_copy_loss"] + 4, name
+        assert r[name]["without_bos"]["gap_nats"] > 10, name
 
 
 # --- IOI prompts ---------------------------------------------------------------------------------
@@ -183,12 +180,23 @@ def test_ioi_eval_equals_an_independent_recomputation(organisms):
     assert got["names"] == list(ioi.ioi_split().heldout_names)
 
 
-def test_v1_ioi_is_near_chance(organisms):
-    """The v1 organisms were never trained on IOI: at chance, whatever name they predict."""
-    for name, (m, tok) in organisms.items():
-        r = ioi_eval(m, tok, n=48)
-        assert 0.3 <= r["accuracy"] <= 0.7, (name, r["accuracy"])
-        assert abs(r["logit_diff"]["mean"]) < 0.5, (name, r["logit_diff"])
+def test_shipped_ioi_levels(organisms):
+    """IOI on the shipped v2 organisms (issue 17's target: held-out logit diff >= 2 and accuracy >= 0.9 on
+    one organism, NOT met). tiny-gpt2 (168 composed train frames) reaches the logit difference on held-out
+    names x held-out templates but not the accuracy: it is right on BABA prompts and below chance on ABBA
+    (it still prefers the second name of the first clause). tiny-llama (six fixed train templates) learned
+    IOI on those templates (accuracy ~0.9) but does not carry it to held-out templates (chance); tiny-qwen2
+    (composed frames, head lasso) is at chance on both."""
+    got = {name: ioi_eval(m, tok, n=96) for name, (m, tok) in organisms.items()}
+    g, ll, q = got["tiny-gpt2"], got["tiny-llama"], got["tiny-qwen2"]
+    assert g["logit_diff"]["mean"] >= 2 and 0.55 <= g["accuracy"] < 0.9, g["logit_diff"]
+    assert g["by_order"]["BABA"]["accuracy"] >= 0.9 and g["by_order"]["ABBA"]["accuracy"] < 0.5
+    assert ll["train_split"]["accuracy"] >= 0.85 and ll["train_split"]["logit_diff"]["mean"] >= 3
+    assert 0.3 <= ll["accuracy"] <= 0.65 and abs(ll["logit_diff"]["mean"]) < 1
+    for r in (q, q["train_split"]):
+        assert 0.35 <= r["accuracy"] <= 0.65 and abs(r["logit_diff"]["mean"]) < 1
+    for name, r in got.items():  # none meets the accuracy target
+        assert r["accuracy"] < 0.9, name
 
 
 # --- interp patch --task ioi ---------------------------------------------------------------------
@@ -246,13 +254,13 @@ def test_ioi_pairs_refuse_a_tokenizer_without_enough_one_token_names():
 # --- control strength ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name,heads,lengths,distinct,strong", [
-    ("tiny-qwen2", "L2H4,L2H5,L2H6,L2H7", (512, 1024), 1, 0),  # the lasso left L2H0-L2H3 nearly silent (~0.2x)
-    ("tiny-llama", "L2H0,L2H1", (512, 1024), 1, 1),             # L2H2, L2H3 write about the median
-    ("tiny-gpt2", "L1H0,L1H1,L1H2,L1H3", (256,), 10, 9),        # layer 1 is full: the draws spill to 0 and 2
+    ("tiny-qwen2", "L2H4,L2H5,L2H6,L2H7", (512, 1024), 1, 0),  # the lasso leaves L2H0-L2H3 weak (0.36x)
+    ("tiny-llama", "L1H1,L2H0,L2H1,L3H0,L3H1", (512, 1024), 3, 3),  # 3 distinct sets, 1.12-1.35x
+    ("tiny-gpt2", "L1H0,L1H1,L1H2,L1H3", (512, 1016), 10, 10),  # layer 1 is full: the draws spill to 0 and 2
 ])
-def test_v1_control_strength(name, heads, lengths, distinct, strong):
-    """The layer-matched controls `interp ablate` draws for the v1 organisms' retrieval heads (the README's
-    results; the eval detects the same heads): distinct sets, and how many write >= 0.5x the median head."""
+def test_shipped_control_strength(name, heads, lengths, distinct, strong):
+    """The layer-matched controls `interp ablate` draws for the shipped organisms' retrieval heads (as the
+    eval detects them): distinct sets, and how many write >= 0.5x the median head."""
     import interp
     from interp import experiments as ex
     from interp.tasks.niah import NiahConfig, resolve_niah
@@ -301,7 +309,7 @@ def test_organisms_eval_writes_the_new_metrics_to_a_copy_only(tmp_path, capsys):
     assert ev["random_id_copy"]["without_bos"] == pytest.approx(want["without_bos"], abs=1e-5)
     assert ev["ioi"]["logit_diff"] == pytest.approx(ioi_eval(m, tok, 8)["logit_diff"], abs=1e-5)
     c = ev["controls"]
-    assert c["n_draws"] == 3 and c["pool"] == "layer" and c["detection"]["context_lengths"] == [256]
+    assert c["n_draws"] == 3 and c["pool"] == "layer" and c["detection"]["context_lengths"] == [512, 1016]
     assert 1 <= c["distinct_sets"] <= 3 and 0 <= c["strong_sets"] <= c["distinct_sets"]
     assert set(ev["met"]) >= {"random_id_gap_nats", "random_id_first_vs_uniform_nats"}
     card = (d / "README.md").read_text()

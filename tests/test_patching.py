@@ -255,17 +255,21 @@ def test_niah_patching_finds_the_retrieval_heads_and_the_needle(name):
     z = np.array(res.sites["head_out_by_pos"].mean, dtype=float)[:, 0, :]  # [layer, head] at the last token
     H = z.shape[1]
     ranked = [f"L{i // H}H{i % H}" for i in np.argsort(-z.ravel())]
-    assert set(ranked[:len(detected)]) == detected, (ranked[:6], detected)
+    # every head that moves the value at the last token (> 0.05 of the logit difference) is a detected retrieval
+    # head, and the strongest two are; a detected head may move little alone (v2 tiny-llama's L3H1 copies the
+    # value too, after layer 2 has written it)
+    movers = {ranked[i] for i in range(len(ranked)) if np.sort(z.ravel())[::-1][i] > 0.05}
+    assert len(movers) >= 2 and movers <= detected and set(ranked[:2]) <= detected, (ranked[:6], detected)
     assert np.mean(res.donor_value) - np.mean(res.base_value) > 5  # clean predicts its value, corrupt the other
-    # resid_pre aligned on the needle value: the value position carries the answer up to the retrieval layer,
-    # and from the layer after it the last position does
-    ret_layer = max(int(h[1:].split("H")[0]) for h in detected)
+    # resid_pre aligned on the needle value: the value position carries the answer into the retrieval layer (the
+    # layer of the strongest head), and from the layer after it the last position does
+    ret_layer = int(ranked[0][1:].split("H")[0])
     anch = run_patching(model, pairs, PatchingConfig(sites=("resid_pre",), align="anchor", positions=(0,), n_boot=200))
     at_value = np.array(anch.sites["resid_pre"].mean, dtype=float)[:, 0]
     end = run_patching(model, pairs, PatchingConfig(sites=("resid_pre",), positions=(-1,), n_boot=200))
     at_last = np.array(end.sites["resid_pre"].mean, dtype=float)[:, 0]
-    assert (at_value[:ret_layer + 1] > 0.95).all() and (at_value[ret_layer + 1:] < 0.05).all(), at_value
-    assert (at_last[:ret_layer + 1] < 0.05).all() and (at_last[ret_layer + 1:] > 0.95).all(), at_last
+    assert (at_value[:ret_layer] > 0.95).all() and (at_value[ret_layer + 1:] < 0.05).all(), at_value
+    assert (at_last[:ret_layer] < 0.05).all() and (at_last[ret_layer + 1:] > 0.95).all(), at_last
 
 
 # ---- CLI -----------------------------------------------------------------------------------------
@@ -306,13 +310,19 @@ def test_cli_patch_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, lines,
 
 
 def test_a_task_the_model_cannot_do_warns_that_normalised_values_are_noise(tmp_path, capsys):
-    """IOI on the v1 organisms (never trained on it): donor and base barely differ, so every normalised cell
-    divides by ~0; the run says so (one warning line, recorded in run.json). NIAH, which they do, does not."""
+    """Pairs whose change cannot move the answer (an adjective early in a sentence vs two nouns the prompt does
+    not choose between: measured median |donor - base| 0.0014 nats on tiny-qwen2): every normalised cell
+    divides by ~0; the run says so (one warning line, recorded in run.json). NIAH, which it does, does not."""
     import json
 
     from .helpers import run_cli
 
-    code, _, err = run_cli(["patch", "--model", "tiny-qwen2", "--task", "ioi", "--n-pairs", "8", "--site", "resid_pre",
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"clean": f" The red {s} was quiet and calm, and then the old man",
+                                         "corrupt": f" The blue {s} was quiet and calm, and then the old man",
+                                         "answer": " lantern", "wrong": " kettle"}) + "\n"
+                             for s in ("river", "garden", "tower", "bridge", "market", "forest", "castle", "village")))
+    code, _, err = run_cli(["patch", "--model", "tiny-qwen2", "--pairs", str(pairs), "--site", "resid_pre",
                             "--positions=-1", "--out", str(tmp_path / "ioi")], capsys)
     assert code == 0, err
     assert err.count("warning: the clean and corrupt runs barely differ") == 1
@@ -322,6 +332,6 @@ def test_a_task_the_model_cannot_do_warns_that_normalised_values_are_noise(tmp_p
                            capsys)
     assert code == 0, err
     assert "barely differ" not in err
-    code, _, err = run_cli(["patch", "--model", "tiny-qwen2", "--task", "ioi", "--n-pairs", "8", "--site", "resid_pre",
+    code, _, err = run_cli(["patch", "--model", "tiny-qwen2", "--pairs", str(pairs), "--site", "resid_pre",
                             "--positions=-1", "--raw", "--out", str(tmp_path / "raw")], capsys)
     assert code == 0 and "barely differ" not in err  # raw values divide by nothing
