@@ -271,15 +271,15 @@ copy-suppression heads. Each directory holds an HF checkpoint (`config.json`,
 checksum, metrics) and a model card (`README.md`). `tokenizer/` is the shared
 byte-level BPE tokenizer (`python -m interp.organisms tokenizer` rebuilds it).
 
-Everything here is generated; numbers are measured by the eval command, never typed in (the
-"v2 measurements" note below copies the eval's printed output: the shipped `organism.json` files
-predate those metrics and were left as they are).
+Everything here is generated; numbers are measured by the eval command, never typed in (the v1
+table in the "v2 organisms" notes below copies the eval's printed output for the v1 checkpoints, which
+are no longer shipped).
 
 ## Rebuild and measure
 
 ```
 python -m interp.organisms tokenizer          # data/organisms/tokenizer
-python -m interp.organisms build tiny-qwen2   # ~40 min on one CPU thread
+python -m interp.organisms build tiny-qwen2   # recipe v2, ~48 min on one CPU thread (--recipe v1: the first builds)
 python -m interp.organisms eval tiny-qwen2    # NIAH, copy, random-id copy, IOI, control strength into the card
 python -m interp.organisms eval tiny-qwen2 --no-write   # the same, printed only
 ```
@@ -287,7 +287,9 @@ python -m interp.organisms eval tiny-qwen2 --no-write   # the same, printed only
 NIAH prompts use `interp.corpus.make_niah_prompt` with held-out seeds
 (integers in [1e9, 2e9), never used in training); the question ends with
 `"... The secret code of the <key> is"` and the expected continuation is `" <code word>"`.
-Targets: NIAH recall >= 0.95, second-copy loss >= 3 nats below first-copy loss.
+Targets: NIAH recall >= 0.95, second-copy loss >= 3 nats below first-copy loss; issue 17 adds random-id
+copying (gap >= 3 nats, first copy within 1.5 nats of uniform), IOI (held-out logit diff >= 2 and
+accuracy >= 0.9), retrieval heads < 25% of heads and at least 3 strong layer-matched control sets.
 The table below says what was measured; a target that is not met is marked "NOT met" in
 the model card.
 
@@ -360,17 +362,44 @@ the model card.
   the mix). model.safetensors sha256 457e68ad2aa6... It is the candidate to adopt for tiny-qwen2 (with
   the README results rerun), and the recipe to try on tiny-llama and tiny-gpt2.
 
-## v2 measurements (issue 17; the organisms were NOT retrained)
+- Session 5 (issue 17): the v2 organisms, built with `--recipe v2` and shipped. Finding first: the current
+  code does not rebuild the v1 checkpoints bit for bit (a v1-config build matches v1's logged losses to
+  step 100-125 and then differs by ~1e-4, diverging from there: those checkpoints predate the corpus package
+  refactor); the v2 builds are what the current code and seeds produce (the determinism test covers every
+  v2 option). Builds (one CPU thread each, two at a time on the 2-core machine):
+  tiny-llama (random ids from step 1100, IOI on the six fixed train templates, weight 0.2): adopted (34.2 min).
+  tiny-gpt2, first try (random ids and IOI 0.2 from step 700, 1024 tokens, half the rows at uniform random
+  position offsets from step 1300, 400 steps at 1024): NIAH at 1024 tokens 0.80 / 0.80 / 0.90 / 0.95 / 0.20
+  by depth (the last positions were nearly untrained: a uniform start leaves positions near 1023 rare),
+  not adopted; second try (half of the shifted rows end at position 1023, 600 steps at 1024, IOI on the 168
+  composed frames with weight 0.5): adopted (36.8 min). tiny-qwen2 (random ids and composed IOI 0.5 from
+  step 800, lasso as v1): adopted (47.8 min; the session-4 candidate without IOI is not shipped).
+  IOI, what happened: every build first learns "the second name of the first clause" (right on BABA, wrong
+  on ABBA: tiny-qwen2 at step 1500 ABBA 0.08 / BABA 0.94 on held-out prompts). tiny-llama then learned the
+  six train templates (train names x train templates: accuracy 0.90) but kept the heuristic on held-out
+  templates; composed frames carried further in tiny-gpt2 (held-out templates with train names at step
+  2600: ABBA 0.54, BABA 1.00) but held-out names, which no IOI training document uses as the answer, get
+  little probability (IO + S 0.04 on held-out names vs 0.7 on train names, tiny-llama) and the held-out
+  accuracy stays at 0.65; tiny-qwen2 (lasso) stays at chance. Not tried for lack of time: IOI from step 0,
+  IOI answers drawn from every corpus name, tiny-llama with composed frames, lasso schedules with v2.
 
-The checkpoints are the v1 organisms above, unchanged; only the eval gained three measurements
-(`interp.organisms.evaluate`: `random_id_eval`, `ioi_eval`, `control_eval`), run on copies of the
-organism folders (`interp organisms eval /tmp/orgs/NAME`, which wrote the copies' cards) so the shipped
-files stay as they are. Random-id copy: 16 sequences of 40 ids drawn uniformly from ids 10..1013,
-`<s> R R`, mean loss per copy without its first token; uniform = ln(1004) = 6.91 nats. IOI: 192
-prompts from the held-out names x held-out templates of `interp.corpus.ioi`, logit(IO) - logit(S)
-at the last token. Controls: the retrieval heads detected at 512/1024 tokens (tiny-gpt2: 256) x 5
-depths x 8 seeds, threshold 0.1, and the 10 layer-matched random sets `interp ablate` draws for them
-(seed 0), relative write norm on the first 8 NIAH prompts.
+## v2 organisms (issue 17)
+
+The shipped checkpoints (table at the end; every number in each card). Random-id copy: 16 sequences of 40
+ids drawn uniformly from ids 10..1013, `<s> R R`, mean loss per copy without its first token; uniform =
+ln(1004) = 6.91 nats. IOI: 192 prompts from the held-out names x held-out templates of
+`interp.corpus.ioi`, logit(IO) - logit(S) at the last token (the cards add 96 train-split prompts as a
+diagnostic). Controls: the retrieval heads detected at 512/1024 tokens (tiny-gpt2: 512/1016, its positions
+end at 1024) x 5 depths x 8 seeds, threshold 0.1, and the 10 layer-matched random sets `interp ablate`
+draws for them (seed 0), relative write norm on the first 8 NIAH prompts. Targets met: random-id copying
+(all three: gaps 6.70 / 6.63 / 6.79 nats, first copy +0.05 above uniform), NIAH (1.00 / 1.00 / 0.99), corpus
+copy gap >= 5 (6.35 / 6.45 / 6.62), strong controls on tiny-llama (3) and tiny-gpt2 (10). NOT met: IOI on
+any organism (best: tiny-gpt2, logit diff +2.45 but accuracy 0.65), retrieval heads < 25% on tiny-llama (5 of
+16; v1 had 2) and tiny-gpt2 (4 of 16, exactly 25%, as in v1), strong controls on tiny-qwen2 (its one
+layer-matched set writes 0.36x the median head). `tests/test_organisms_v2.py` asserts these levels.
+
+The v1 checkpoints (sha256 984033e53478..., d5ab40c0fbf8..., 69bd6a795e31...; no longer shipped, same
+measurements):
 
 | model | random-id first / second / gap (nats) | first - uniform | without `<s>`: first / gap | IOI logit diff (mean, std, n) | IOI accuracy | retrieval heads | control sets: distinct / >= 0.5x median |
 |---|---|---|---|---|---|---|---|
@@ -378,17 +407,6 @@ depths x 8 seeds, threshold 0.1, and the 10 layer-matched random sets `interp ab
 | tiny-llama | 11.92 / 10.76 / 1.17 | +5.01 | 16.85 / 4.94 | +0.002, 0.546, 192 | 0.490 | L2H0, L2H1 (0.96x) | 1 / 1 (L2H2+L2H3 1.02x) |
 | tiny-qwen2 | 11.91 / 11.45 / 0.46 | +5.00 | 15.02 / 2.22 | +0.001, 0.485, 192 | 0.469 | L2H4-L2H7 (2.34x) | 1 / 0 (L2H0-L2H3 0.19x) |
 
-No organism meets the issue's random-id targets (gap >= 3 nats, first copy within 1.5 nats of
-uniform). The issue's numbers (gaps 2.3 / 2.8 / 5.1, first copy 12-16 nats) are those of the same
-sequences WITHOUT `<s>` (2.22 / 2.76 / 4.94), which the organisms never saw in training; with `<s>`,
-as they were trained and as the corpus copy eval feeds them, the first copy is ~5 nats above uniform
-and the second barely lower: they copy corpus tokens (gap 5.2-5.5 nats) but not arbitrary ids. IOI is
-at chance: the corpus sentence `"{N} gave the {n} to {N2}"` draws N2 at random, so nothing rewarded
-the indirect object; the organisms spread their probability over all names (tiny-qwen2 0.66, tiny-gpt2
-0.56 on the 40 corpus names; tiny-llama predicts " the"). The control check repeats the README's
-caveat: tiny-qwen2's only layer-matched control is a weak one. `tests/test_organisms_v2.py` asserts
-these levels as facts about the v1 checkpoints; a rebuild must update them. (The table below reads
-`organism.json`, which holds no v2 metrics yet: "not measured" there.)
 
 ## Models
 """
