@@ -379,7 +379,8 @@ the model card.
   six train templates (train names x train templates: accuracy 0.90) but kept the heuristic on held-out
   templates; composed frames carried further in tiny-gpt2 (held-out templates with train names at step
   2600: ABBA 0.54, BABA 1.00) but held-out names, which no IOI training document uses as the answer, get
-  little probability (IO + S 0.04 on held-out names vs 0.7 on train names, tiny-llama) and the held-out
+  little probability (tiny-llama at step 2100, probability on IO + S: 0.68 train names x train templates,
+  0.39 held-out names x train templates, 0.04 held-out names x held-out templates) and the held-out
   accuracy stays at 0.65; tiny-qwen2 (lasso) stays at chance. Not tried for lack of time: IOI from step 0,
   IOI answers drawn from every corpus name, tiny-llama with composed frames, lasso schedules with v2.
 
