@@ -349,6 +349,13 @@ def test_nnsight_ablate_heads_equals_interp(family, gqa):
         assert _maxdiff(got, want) <= TOL, kw
         assert _maxdiff(got, clean) > MIN_EFFECT, kw
     assert _maxdiff(want[0], clean[0]) == 0.0  # rows=[1] left row 0 alone
+    # the one-call form (its trace lives in interp's source, so it runs from stdin too) gives the same logits
+    from interp.interop.nnsight import ablated_logits
+
+    one = ablated_logits(lm, x, HEADS, mode="zero")
+    with own.intervene(interp.AblateHeads(HEADS, mode="zero")):
+        ref = own.forward(x)
+    assert _maxdiff(one, ref) <= TOL and _maxdiff(one, clean) > MIN_EFFECT
 
 
 @pytest.mark.parametrize("family,gqa", NN_CASES[:3], ids=NN_IDS[:3])

@@ -202,17 +202,7 @@ def composed_templates() -> tuple[str, ...]:
 def ioi_composed_doc(rng, budget: int, count: Callable[[str], int]) -> list[Piece]:
     """Like :func:`ioi_doc` (TRAIN names only, both orders, the IO as the answer) on a composed frame
     (:func:`composed_templates`) instead of one of the six fixed train templates."""
-    r = as_rng(rng)
-    io, s = r.sample(ioi_split().train_names, 2)
-    order = r.choice(ORDERS)
-    a, b = (io, s) if order == "ABBA" else (s, io)
-    text = r.choice(composed_templates()).format(A=a, B=b, S=s, **random_fill(r))
-    pieces: list[Piece] = [(text, "text"), (" " + io, "answer"), (".", "text")]
-    if sum(count(x) for x, _ in pieces) > budget:
-        from .documents import filler_doc
-
-        return filler_doc(r, budget, count)
-    return pieces
+    return _train_doc(rng, budget, count, lambda r: r.choice(composed_templates()), frame_first=False)
 
 
 def ioi_doc(rng, budget: int, count: Callable[[str], int]) -> list[Piece]:
@@ -220,11 +210,23 @@ def ioi_doc(rng, budget: int, count: Callable[[str], int]) -> list[Piece]:
 
     Not in :data:`interp.corpus.DOC_BUILDERS` (adding a key there would change `sample_text`, the
     tokenizer fit and the copy eval's token pool); a build adds it to its own builders and mix."""
+    return _train_doc(rng, budget, count, lambda r: TEMPLATES[r.choice(ioi_split().train_templates)])
+
+
+def _train_doc(rng, budget: int, count: Callable[[str], int], frame: Callable[[random.Random], str],
+               frame_first: bool = True) -> list[Piece]:
+    """One IOI training document: two TRAIN names, a random order, the frame `frame(r)` filled, the indirect
+    object as the answer; filler instead when it does not fit in `budget` tokens. `frame_first`: the frame is
+    drawn before the order (fixed templates) or after it (composed frames), as the shipped builds drew them,
+    so their training documents are unchanged."""
     r = as_rng(rng)
-    sp = ioi_split()
-    io, s = r.sample(sp.train_names, 2)
-    p = render(r.choice(sp.train_templates), io, s, r.choice(ORDERS), random_fill(r))
-    pieces: list[Piece] = [(p.prompt, "text"), (p.answer, "answer"), (".", "text")]
+    io, s = r.sample(ioi_split().train_names, 2)
+    template = frame(r) if frame_first else None
+    order = r.choice(ORDERS)
+    template = template if frame_first else frame(r)
+    a, b = (io, s) if order == "ABBA" else (s, io)
+    text = template.format(A=a, B=b, S=s, **random_fill(r))
+    pieces: list[Piece] = [(text, "text"), (" " + io, "answer"), (".", "text")]
     if sum(count(x) for x, _ in pieces) > budget:
         from .documents import filler_doc
 

@@ -109,6 +109,18 @@ def ablate_heads(lm, heads: Iterable[HeadLike] | str, mode: str = "zero", means=
         env.input = x
 
 
+def ablated_logits(lm, input_ids, heads: Iterable[HeadLike] | str, mode: str = "zero", means=None,
+                   rows: Sequence[int] | None = None, **trace_kwargs):
+    """The logits of `lm` on `input_ids` with `heads` ablated (:func:`ablate_heads`), in one trace that this
+    module owns. nnsight reads a `with lm.trace(...)` body back from its source file, so a trace written in
+    a script piped on stdin cannot run; this one can be called from anywhere. `trace_kwargs` go to
+    `lm.trace` (e.g. remote=True for NDIF)."""
+    with lm.trace(input_ids, **trace_kwargs):
+        ablate_heads(lm, heads, mode=mode, means=means, rows=rows)
+        logits = lm.output.logits.save()
+    return logits
+
+
 def patch_heads(lm, values: Mapping, rows: Sequence[int] | None = None,
                 positions: Sequence[int] | None = None) -> None:
     """Inside `lm.trace(...)`: replace heads' outputs (before the output projection) with given values.

@@ -273,8 +273,10 @@ def control_eval(path, max_len: int, draws: int = CONTROL_DRAWS, seed: int = 0, 
     m = loading.load_model(str(path))
     lengths = tuple(n for n in CONTROL_LENGTHS if n <= max_len) or (max_len,)
     if m.spec.positional == "learned" and m.spec.max_positions:
-        # no position embedding past max_positions: leave room for the decoded answer (NIAH's default 8)
-        lengths = tuple(sorted({min(n, m.spec.max_positions - 8) for n in lengths}))
+        # no position embedding past max_positions: leave the room NIAH's context check asks for the answer
+        from ..tasks.niah import DECODE_ROOM
+
+        lengths = tuple(sorted({min(n, m.spec.max_positions - DECODE_ROOM) for n in lengths}))
     niah = resolve_niah(m, NiahConfig(context_lengths=lengths, n_seeds=n_seeds))
     sel = resolve_heads("retrieval", m, niah=niah, threshold=threshold)
     grid = {"context_lengths": list(niah.context_lengths), "depths": list(niah.depths), "n_seeds": niah.n_seeds,

@@ -278,6 +278,7 @@ def _corpus_sentences(seed: int):
         yield make_sentence(r)
 
 
+DECODE_ROOM = 8  # tokens a context check leaves for the decoded answer when max_new_tokens is unset
 MAX_CONTEXT = 1 << 20  # no NIAH prompt longer than this is built (a typo like 99999999999 would never finish)
 
 
@@ -291,13 +292,13 @@ def check_context(spec, config: NiahConfig) -> list[str]:
     if longest > MAX_CONTEXT:
         raise InvalidInputError(f"context length {longest} is over the {MAX_CONTEXT:,}-token limit of NIAH prompts")
     limit = getattr(spec, "max_positions", None)
-    need = longest + (config.max_new_tokens or 8)  # the answer is decoded after the prompt
+    need = longest + (config.max_new_tokens or DECODE_ROOM)  # the answer is decoded after the prompt
     if limit is None or need <= limit:
         return []
     if spec.positional == "learned":
         raise InvalidInputError(f"{spec.architecture} has learned positions for {limit} tokens; context length "
                                 f"{longest} plus the decoded answer needs {need}: use --lengths <= "
-                                f"{limit - (config.max_new_tokens or 8)}")
+                                f"{limit - (config.max_new_tokens or DECODE_ROOM)}")
     return [f"context length {longest} (+ answer) is past {spec.architecture}'s max_position_embeddings {limit}: "
             "the model was not trained there"]
 
