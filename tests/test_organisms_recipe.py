@@ -74,6 +74,52 @@ def test_ioi_documents_are_train_split_prompts_with_the_indirect_object_as_answe
     assert len(used) > (5 if kind == "ioi" else 30)  # many frames, not one
 
 
+@pytest.mark.parametrize("kind", ["ioi_words", "ioi_composed_words"])
+def test_ioi_word_documents_have_word_people_and_the_unrepeated_one_as_answer(tok, kind):
+    """"_words" IOI documents (recipe option `ioi_words`): the two people are one-token vocabulary words that
+    are no corpus name, nor the start of one, nor a word of any frame; the answer is the one not repeated;
+    the frames are the train ones (fixed or composed), never a held-out template."""
+    from interp.organisms.batches import vocab_words
+
+    p = Packer(tok, {kind: 1.0})
+    people = set(ioi.word_people(vocab_words(tok)))
+    assert len(people) > 100 and not people & set(ioi.NAMES)
+    assert not any(n.startswith(w) for w in people for n in ioi.NAMES)
+    frames = ([ioi.TEMPLATES[t] for t in ioi.ioi_split().train_templates] if kind == "ioi_words"
+              else list(ioi.composed_templates()))
+    heldout = [ioi.TEMPLATES[t] for t in ioi.ioi_split().heldout_templates]
+    answers, orders, n = Counter(), Counter(), 0
+    for row in range(40):
+        ids, tags = p.sequence(random.Random(f"w/{row}"), 128)
+        for i in [i for i, t in enumerate(tags) if t == "answer"]:
+            answer = tok.decode([ids[i]])
+            assert answer.startswith(" ") and answer.strip() in people
+            j = max(k for k in range(i) if ids[k] in (p.eos, p.bos))
+            prompt_ids = ids[j + 1:i]
+            prompt = tok.decode(prompt_ids)
+            assert any(_fits(t, prompt) for t in frames) and not any(_fits(t, prompt) for t in heldout), prompt
+            assert ids[i] in prompt_ids and prompt_ids.count(ids[i]) == 1  # one token, named once
+            named = [tok.decode([t]).strip() for t in prompt_ids if tok.decode([t]).strip() in people]
+            assert len(named) == 3 and len(set(named)) == 2, prompt  # A, B and the repeated subject S
+            subject = next(w for w in named if w != answer.strip())
+            assert named.count(subject) == 2 and named[-1] == subject
+            answers[answer] += 1
+            orders["ABBA" if named[0] == answer.strip() else "BABA"] += 1
+            n += 1
+    assert n > 50 and len(answers) > 30 and min(orders.values()) > 0.3 * n
+
+
+def test_ioi_words_splits_the_ioi_weight():
+    cfg = OrganismConfig(**TINY, arch="llama", ioi=0.4, ioi_from=1, ioi_kind="ioi_composed")
+    assert _extras(cfg, 1) == {"ioi_composed": 0.4}  # ioi_words=0: the builds without it are unchanged
+    assert _extras(replace(cfg, ioi_words=0.25), 1) == {"ioi_composed": 0.4 * 0.75, "ioi_composed_words": 0.1}
+    assert _extras(replace(cfg, ioi_words=1.0), 1) == {"ioi_composed_words": 0.4}
+    assert _extras(replace(cfg, ioi_words=0.5, ioi_kind="ioi"), 0) == {}
+    with pytest.raises(ValueError, match="ioi_words"):
+        train(replace(cfg, ioi_words=1.5), "/nonexistent/never-written", log=lambda s: None)
+    assert config_with("tiny-gpt2", ["ioi_words=0.5"]).ioi_words == 0.5
+
+
 def test_composed_templates_are_many_and_none_is_a_fixed_template():
     frames = ioi.composed_templates()
     assert len(frames) == len(ioi.OPENINGS) * len(ioi.CLOSINGS) == 168
@@ -176,7 +222,7 @@ def test_v2_build_equals_v1_until_its_extras_start(tmp_path):
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
 def test_v2_training_is_deterministic(tmp_path, arch):
     """Two builds of a config using every v2 option give the same checkpoint, byte for byte."""
-    cfg = OrganismConfig(**TINY, arch=arch, id_repeats=0.15, id_repeats_from=1, ioi=0.2, ioi_from=1,
+    cfg = OrganismConfig(**TINY, arch=arch, id_repeats=0.15, id_repeats_from=1, ioi=0.2, ioi_from=1, ioi_words=0.5,
                          **({"position_offsets": 0.5, "position_offsets_from": 1} if arch == "gpt2" else {}))
     a = train(cfg, tmp_path / "a", log=lambda s: None)
     b = train(cfg, tmp_path / "b", log=lambda s: None)

@@ -205,6 +205,37 @@ def ioi_composed_doc(rng, budget: int, count: Callable[[str], int]) -> list[Piec
     return _train_doc(rng, budget, count, lambda r: r.choice(composed_templates()), frame_first=False)
 
 
+def word_people(words: Sequence[str]) -> tuple[str, ...]:
+    """The stand-ins for people of :func:`ioi_words_doc`: vocabulary words (``" lantern"``, given with their
+    leading space) of at least three letters that are neither a corpus name nor the start of one, so no name
+    of either split (the held-out ones above all) is ever an IOI answer through them; and neither a word of
+    any frame or fill slot nor the start of one (in any case), so the answer's token never shows up a second
+    time in its prompt."""
+    frame_text = " ".join(TEMPLATES + OPENINGS + CLOSINGS + OBJECTS + PLACE_NOUNS + tuple(PLACES) + tuple(TIMES))
+    taken = {w.lower() for w in NAMES} | set(frame_text.lower().replace(".", " ").replace(",", " ").split())
+    out = tuple(sorted({w.strip() for w in words if len(w.strip()) >= 3
+                        and not any(t.startswith(w.strip().lower()) for t in taken)}))
+    if len(out) < 2:
+        raise InvalidInputError(f"IOI word people need at least 2 vocabulary words that are not names, "
+                                f"got {len(out)}")
+    return out
+
+
+def ioi_words_doc(words: Sequence[str], composed: bool) -> Callable[[random.Random, int, Callable[[str], int]],
+                                                                     list[Piece]]:
+    """A builder of IOI training documents whose two people are random vocabulary words (:func:`word_people`
+    of `words`) instead of names ("When lantern and river went to the market, river gave the cup to" ->
+    " lantern"), on the composed frames (`composed`) or the six fixed train templates. Only the repeat
+    tells the answer apart, so a circuit trained on them cannot lean on which names tend to be answers."""
+    people = word_people(words)
+    if composed:
+        return lambda rng, budget, count: _train_doc(rng, budget, count, lambda r: r.choice(composed_templates()),
+                                                     frame_first=False, people=people)
+    return lambda rng, budget, count: _train_doc(rng, budget, count,
+                                                 lambda r: TEMPLATES[r.choice(ioi_split().train_templates)],
+                                                 people=people)
+
+
 def ioi_doc(rng, budget: int, count: Callable[[str], int]) -> list[Piece]:
     """A training document from the TRAIN split only: one IOI prompt and its answer (tagged "answer").
 
@@ -214,13 +245,13 @@ def ioi_doc(rng, budget: int, count: Callable[[str], int]) -> list[Piece]:
 
 
 def _train_doc(rng, budget: int, count: Callable[[str], int], frame: Callable[[random.Random], str],
-               frame_first: bool = True) -> list[Piece]:
-    """One IOI training document: two TRAIN names, a random order, the frame `frame(r)` filled, the indirect
-    object as the answer; filler instead when it does not fit in `budget` tokens. `frame_first`: the frame is
-    drawn before the order (fixed templates) or after it (composed frames), as the shipped builds drew them,
-    so their training documents are unchanged."""
+               frame_first: bool = True, people: Sequence[str] | None = None) -> list[Piece]:
+    """One IOI training document: two TRAIN names (or two of `people`), a random order, the frame `frame(r)`
+    filled, the indirect object as the answer; filler instead when it does not fit in `budget` tokens.
+    `frame_first`: the frame is drawn before the order (fixed templates) or after it (composed frames), as the
+    shipped builds drew them, so their training documents are unchanged."""
     r = as_rng(rng)
-    io, s = r.sample(ioi_split().train_names, 2)
+    io, s = r.sample(ioi_split().train_names if people is None else people, 2)
     template = frame(r) if frame_first else None
     order = r.choice(ORDERS)
     template = template if frame_first else frame(r)

@@ -9,7 +9,7 @@ import torch
 from tokenizers import Tokenizer
 
 from ..corpus import DOC_BUILDERS, ioi_doc, train_rng
-from ..corpus.ioi import ioi_composed_doc
+from ..corpus.ioi import ioi_composed_doc, ioi_words_doc
 from .tokenizer import BOS, EOS, encode_pieces, token_counter
 
 # Fraction of documents of each type (the first document of each sequence is
@@ -75,9 +75,12 @@ class Packer:
         self.eos = tok.token_to_id(EOS)
         self._count = token_counter(tok)
         self._cache: dict[str, int] = {}
-        # "ioi" / "ioi_composed" documents are only drawn when a mix names them (recipe options `ioi`, `ioi_kind`)
-        self.builders = dict(DOC_BUILDERS, tokens=tokens_doc(vocab_words(tok)), ioi=ioi_doc,
-                             ioi_composed=ioi_composed_doc)
+        # IOI documents are only drawn when a mix names them (recipe options `ioi`, `ioi_kind`, `ioi_words`);
+        # the "_words" kinds have vocabulary words for people
+        words = vocab_words(tok)
+        self.builders = dict(DOC_BUILDERS, tokens=tokens_doc(words), ioi=ioi_doc, ioi_composed=ioi_composed_doc)
+        for kind in [k for k in self.mix if k.endswith("_words")]:
+            self.builders[kind] = ioi_words_doc(words, composed=kind == "ioi_composed_words")
 
     def count(self, text: str) -> int:
         c = self._cache.get(text)

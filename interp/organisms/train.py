@@ -67,6 +67,9 @@ class OrganismConfig:
     ioi: float = 0.0
     ioi_from: int = 0
     ioi_kind: str = "ioi"  # "ioi": the six fixed train templates; "ioi_composed": 168 composed train frames
+    # this fraction of the IOI weight goes to documents of the same frames whose two people are random
+    # vocabulary words, never names (interp.corpus.ioi.ioi_words_doc): 0 keeps the builds above
+    ioi_words: float = 0.0
     # learned absolute positions only (gpt2): from step position_offsets_from on, this fraction of the rows
     # of a batch starts at a random position in [0, max_positions - length] instead of 0, so position
     # embeddings past the current curriculum length are trained by the short, cheap phases
@@ -273,7 +276,10 @@ def _extras(cfg: OrganismConfig, step: int) -> dict[str, float]:
     if cfg.id_repeats > 0 and step >= cfg.id_repeats_from:
         out["ids"] = cfg.id_repeats
     if cfg.ioi > 0 and step >= cfg.ioi_from:
-        out[cfg.ioi_kind] = cfg.ioi
+        if cfg.ioi_words < 1:
+            out[cfg.ioi_kind] = cfg.ioi * (1 - cfg.ioi_words) if cfg.ioi_words else cfg.ioi
+        if cfg.ioi_words > 0:
+            out[cfg.ioi_kind + "_words"] = cfg.ioi * cfg.ioi_words
     return out
 
 
@@ -348,6 +354,8 @@ def train(
                          f"{cfg.arch} uses rotary positions")
     if cfg.ioi_kind not in IOI_KINDS:
         raise ValueError(f"ioi_kind {cfg.ioi_kind!r}: valid kinds are {', '.join(IOI_KINDS)}")
+    if not 0 <= cfg.ioi_words <= 1:
+        raise ValueError(f"ioi_words is the fraction of IOI documents with word people, in [0, 1]; got {cfg.ioi_words}")
     packers: dict[tuple, Packer] = {}
     schedule = _schedule(cfg, steps)
     log(f"[{cfg.name}] {n_params:,} params, {len(schedule)} steps, curriculum {cfg.curriculum}")
