@@ -276,3 +276,9 @@ def test_head_lasso_steps_limits_the_penalty_to_the_first_steps(tmp_path):
     assert not all(torch.equal(w_full[k], w_early[k]) for k in w_full)
     logged = ["head_norm_sum" in c for c in early["training"]["loss_curve"]]
     assert logged == [True, False, False]
+    late, w_late = run("late", head_lasso_from=2)  # the lasso only on the last step
+    plain, w_plain = run("plain", head_lasso=0.0)
+    assert ["head_norm_sum" in c for c in late["training"]["loss_curve"]] == [False, False, True]
+    assert not all(torch.equal(w_late[k], w_plain[k]) for k in w_late)
+    window, _ = run("window", head_lasso_from=1, head_lasso_steps=2)
+    assert ["head_norm_sum" in c for c in window["training"]["loss_curve"]] == [False, True, False]

@@ -134,6 +134,15 @@ def _v2_lines(ev, trained_ioi: bool = False) -> list[str]:
     return lines
 
 
+def _lasso_window(cfg: dict) -> str:
+    start, stop = cfg.get("head_lasso_from", 0), cfg.get("head_lasso_steps", 0)
+    if start and stop:
+        return f"; applied from step {start} to step {stop} only"
+    if start:
+        return f"; applied from step {start} on only"
+    return f"; applied for the first {stop} steps only" if stop else ""
+
+
 def _recipe_v2_lines(cfg: dict) -> list[str]:
     """The v2 recipe options (issue 17) a build used; none for a v1 build."""
     out = []
@@ -146,7 +155,9 @@ def _recipe_v2_lines(cfg: dict) -> list[str]:
                   if cfg.get("ioi_kind") == "ioi_composed" else "one of the six fixed train templates")
         out.append(f"- IOI documents (weight {cfg['ioi']:g} added to both mixes from step {cfg.get('ioi_from', 0)} "
                    f"on): a prompt on {frames} with two TRAIN names and its indirect-object answer (weighted like "
-                   "needle answers); the eval uses only the held-out names and held-out templates")
+                   "needle answers); the eval uses only the held-out names and held-out templates"
+                   + (f"; in {cfg['ioi_words']:g} of them the two people are random vocabulary words, never a "
+                      "corpus name (`interp.corpus.ioi.word_people`)" if cfg.get("ioi_words") else ""))
     if cfg.get("position_offsets"):
         out.append(f"- random position offsets from step {cfg.get('position_offsets_from', 0)} on: "
                    f"{cfg['position_offsets']:g} of the rows of a batch start at a random position in "
@@ -213,7 +224,7 @@ def render_card(info: dict) -> str:
            "heads of the Frobenius norm of the head's slice of the attention output projection, so "
            "each job is done by few heads (unused heads shrink toward zero), as in trained LLMs "
            "where retrieval heads are a few percent of all heads"
-           + (f"; applied for the first {cfg['head_lasso_steps']} steps only" if cfg.get("head_lasso_steps") else "")]
+           + _lasso_window(cfg)]
           if cfg.get("head_lasso") else []),
         *_recipe_v2_lines(cfg),
         (f"- seed {cfg['seed']}, {tr['steps']} steps, {tr['tokens_seen']:,} tokens, "

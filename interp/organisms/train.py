@@ -57,7 +57,8 @@ class OrganismConfig:
     # group-lasso weight on each attention head's output projection (sum over heads of the
     # Frobenius norm of its slice): pushes the model to do each job with few heads, as trained LLMs do
     head_lasso: float = 0.0
-    head_lasso_steps: int = 0  # apply the lasso only for the first N steps (0: every step)
+    head_lasso_steps: int = 0  # apply the lasso only before step N (0: to the end)
+    head_lasso_from: int = 0  # ... and from this step on (after a circuit formed: prune the heads it no longer needs)
     # weight of random-id repeat documents (ids uniform over the vocabulary, repeated 2-4 times) added to both
     # mixes (the mixes' weights sum to 1): 0 keeps the v1 recipes exactly
     id_repeats: float = 0.0
@@ -371,7 +372,8 @@ def train(
         nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1), reduction="none")
         nll = nll.view_as(w)
         loss = (nll * w).sum() / w.sum()
-        lasso_on = cfg.head_lasso and (not cfg.head_lasso_steps or step < cfg.head_lasso_steps)
+        lasso_on = (cfg.head_lasso and step >= cfg.head_lasso_from
+                    and (not cfg.head_lasso_steps or step < cfg.head_lasso_steps))
         penalty = head_lasso_penalty(model) if lasso_on else None
         objective = loss + cfg.head_lasso * penalty if penalty is not None else loss
         opt.zero_grad(set_to_none=True)
