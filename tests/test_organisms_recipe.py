@@ -120,6 +120,35 @@ def test_ioi_words_splits_the_ioi_weight():
     assert config_with("tiny-gpt2", ["ioi_words=0.5"]).ioi_words == 0.5
 
 
+def test_ioi_episodes_pack_one_prompt_per_n_tokens_of_budget(tok):
+    """Recipe option `ioi_episode_tokens`: an IOI document holds one prompt per N tokens of its budget, each
+    with its own answer, within the budget; 0 keeps one prompt per document; and the IOI answers per
+    training token stay about the same from 64- to 1024-token rows (without it they fall several-fold)."""
+    from interp.organisms.tokenizer import token_counter
+
+    count = token_counter(tok)
+    one = ioi.ioi_composed_doc
+    many = ioi.ioi_episodes(one, 64)
+    for seed, budget in [(0, 64), (1, 200), (2, 640), (3, 1000)]:
+        a, b = one(random.Random(seed), budget, count), many(random.Random(seed), budget, count)
+        answers = [x for x, tag in b if tag == "answer"]
+        assert b[:len(a)] == a  # the first prompt is the one-prompt document
+        assert len(answers) == max(1, budget // 64) and sum(count(x) for x, _ in b) <= budget
+    assert [tag for _, tag in many(random.Random(0), 8, count)].count("answer") == 0  # filler when nothing fits
+    with pytest.raises(Exception, match=">= 1"):
+        ioi.ioi_episodes(one, 0)
+
+    def per_token(length: int, episode_tokens: int) -> float:
+        p = Packer(tok, {**DEFAULT_MIX, "ioi_composed": 0.5}, ioi_episode_tokens=episode_tokens)
+        rows = [p.sequence(random.Random(f"e/{length}/{i}"), length) for i in range(max(2, 2048 // length))]
+        n = sum(1 for ids, tags in rows for j, t in enumerate(tags) if t == "answer" and tok.decode([ids[j - 1]]) == " to")
+        return n / (len(rows) * length)
+
+    short, long_plain, long_dense = per_token(64, 128), per_token(1024, 0), per_token(1024, 128)
+    assert long_plain < short / 3  # one prompt per document: IOI gets rare in long rows
+    assert short / 2 < long_dense < short * 2
+
+
 def test_composed_templates_are_many_and_none_is_a_fixed_template():
     frames = ioi.composed_templates()
     assert len(frames) == len(ioi.OPENINGS) * len(ioi.CLOSINGS) == 168

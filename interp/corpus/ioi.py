@@ -244,6 +244,30 @@ def ioi_doc(rng, budget: int, count: Callable[[str], int]) -> list[Piece]:
     return _train_doc(rng, budget, count, lambda r: TEMPLATES[r.choice(ioi_split().train_templates)])
 
 
+def ioi_episodes(builder: Callable[[random.Random, int, Callable[[str], int]], list[Piece]],
+                 tokens_per_episode: int) -> Callable[[random.Random, int, Callable[[str], int]], list[Piece]]:
+    """A builder of documents of several IOI prompts in a row, each with its answer and two people of its own:
+    one per `tokens_per_episode` tokens of the document's budget (at least one), as many as fit. A one-prompt
+    document gets rarer per token the longer the training sequences (a row packs one or two), so a long
+    curriculum phase would all but stop training IOI; this keeps the IOI answers per token about constant."""
+    if tokens_per_episode < 1:
+        raise InvalidInputError(f"tokens per IOI episode must be >= 1, got {tokens_per_episode}")
+
+    def build(rng, budget: int, count: Callable[[str], int]) -> list[Piece]:
+        r = as_rng(rng)
+        pieces = builder(r, budget, count)
+        used = sum(count(x) for x, _ in pieces)
+        for _ in range(budget // tokens_per_episode - 1):
+            more = builder(r, budget - used, count)
+            if not any(tag == "answer" for _, tag in more):  # did not fit: filler instead
+                break
+            pieces += more
+            used += sum(count(x) for x, _ in more)
+        return pieces
+
+    return build
+
+
 def _train_doc(rng, budget: int, count: Callable[[str], int], frame: Callable[[random.Random], str],
                frame_first: bool = True, people: Sequence[str] | None = None) -> list[Piece]:
     """One IOI training document: two TRAIN names (or two of `people`), a random order, the frame `frame(r)`

@@ -9,7 +9,7 @@ import torch
 from tokenizers import Tokenizer
 
 from ..corpus import DOC_BUILDERS, ioi_doc, train_rng
-from ..corpus.ioi import ioi_composed_doc, ioi_words_doc
+from ..corpus.ioi import ioi_composed_doc, ioi_episodes, ioi_words_doc
 from .tokenizer import BOS, EOS, encode_pieces, token_counter
 
 # Fraction of documents of each type (the first document of each sequence is
@@ -65,7 +65,7 @@ class Packer:
     """Builds ``(input_ids, labels, weights)`` for one optimisation step."""
 
     def __init__(self, tok: Tokenizer, mix: dict[str, float] | None = None,
-                 answer_weight: float = ANSWER_WEIGHT):
+                 answer_weight: float = ANSWER_WEIGHT, ioi_episode_tokens: int = 0):
         self.tok = tok
         self.mix = dict(mix or DEFAULT_MIX)
         self.kinds = sorted(self.mix)
@@ -81,6 +81,9 @@ class Packer:
         self.builders = dict(DOC_BUILDERS, tokens=tokens_doc(words), ioi=ioi_doc, ioi_composed=ioi_composed_doc)
         for kind in [k for k in self.mix if k.endswith("_words")]:
             self.builders[kind] = ioi_words_doc(words, composed=kind == "ioi_composed_words")
+        if ioi_episode_tokens:  # recipe option `ioi_episode_tokens`: one IOI prompt per that many tokens of budget
+            for kind in [k for k in self.builders if k.startswith("ioi")]:
+                self.builders[kind] = ioi_episodes(self.builders[kind], ioi_episode_tokens)
 
     def count(self, text: str) -> int:
         c = self._cache.get(text)

@@ -71,6 +71,9 @@ class OrganismConfig:
     # this fraction of the IOI weight goes to documents of the same frames whose two people are random
     # vocabulary words, never names (interp.corpus.ioi.ioi_words_doc): 0 keeps the builds above
     ioi_words: float = 0.0
+    # 0: an IOI document is one prompt; N: one prompt per N tokens of the document's budget (at least one), so
+    # the long curriculum phases, which pack only a document or two per row, keep training IOI
+    ioi_episode_tokens: int = 0
     # learned absolute positions only (gpt2): from step position_offsets_from on, this fraction of the rows
     # of a batch starts at a random position in [0, max_positions - length] instead of 0, so position
     # embeddings past the current curriculum length are trained by the short, cheap phases
@@ -290,7 +293,8 @@ def _packer(cache: dict, tok, cfg: OrganismConfig, step: int) -> Packer:
     extra = _extras(cfg, step)
     key = (warm, tuple(sorted(extra.items())))
     if key not in cache:
-        cache[key] = Packer(tok, {**(cfg.warm_mix if warm else cfg.mix), **extra}, cfg.answer_weight)
+        cache[key] = Packer(tok, {**(cfg.warm_mix if warm else cfg.mix), **extra}, cfg.answer_weight,
+                            cfg.ioi_episode_tokens)
     return cache[key]
 
 
