@@ -311,7 +311,8 @@ def test_cli_patch_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, lines,
 
 def test_a_task_the_model_cannot_do_warns_that_normalised_values_are_noise(tmp_path, capsys):
     """Pairs whose change cannot move the answer (an adjective early in a sentence vs two nouns the prompt does
-    not choose between: measured median |donor - base| 0.0014 nats on tiny-qwen2): every normalised cell
+    not choose between: measured median |donor - base| 0.046 nats on tiny-qwen2; the v2 tiny-qwen2 moves
+    " lantern" vs " kettle" by 0.35 with red vs blue, so that pair no longer serves): every normalised cell
     divides by ~0; the run says so (one warning line, recorded in run.json). NIAH, which it does, does not."""
     import json
 
@@ -320,7 +321,7 @@ def test_a_task_the_model_cannot_do_warns_that_normalised_values_are_noise(tmp_p
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text("".join(json.dumps({"clean": f" The red {s} was quiet and calm, and then the old man",
                                          "corrupt": f" The blue {s} was quiet and calm, and then the old man",
-                                         "answer": " lantern", "wrong": " kettle"}) + "\n"
+                                         "answer": " compass", "wrong": " candle"}) + "\n"
                              for s in ("river", "garden", "tower", "bridge", "market", "forest", "castle", "village")))
     code, _, err = run_cli(["patch", "--model", "tiny-qwen2", "--pairs", str(pairs), "--site", "resid_pre",
                             "--positions=-1", "--out", str(tmp_path / "ioi")], capsys)
