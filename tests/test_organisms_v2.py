@@ -79,7 +79,7 @@ def test_random_id_metric_equals_a_teacher_forced_recomputation(name, organisms,
 def test_shipped_random_id_levels(random_id):
     """The shipped v2 organisms (recipe v2: random-id repeat documents in the mix) meet both random-id targets
     of issue 17: second copy >= 3 nats below the first, first copy within 1.5 nats of uniform (measured: gaps
-    6.58 / 6.63 / 6.79, first copy +0.05-0.06 above uniform; the v1 builds had gaps 0.46 / 1.17 / 1.12 and first
+    6.74 / 6.63 / 6.79, first copy +0.05-0.07 above uniform; the v1 builds had gaps 0.46 / 1.17 / 1.12 and first
     copies ~5 nats above uniform)."""
     r = random_id
     for name in ORGANISMS:
@@ -87,7 +87,7 @@ def test_shipped_random_id_levels(random_id):
         assert abs(r[name]["first_minus_uniform"]) < 0.5, name
         # without <s> (never seen in training) the first copy is far off uniform, and copying still works
         assert r[name]["without_bos"]["first_copy_loss"] > r[name]["first_copy_loss"] + 4, name
-        assert r[name]["without_bos"]["gap_nats"] > 8, name  # measured 9.0 (qwen2) and above 10 (llama, gpt2)
+        assert r[name]["without_bos"]["gap_nats"] > 10, name
 
 
 # --- IOI prompts ---------------------------------------------------------------------------------
@@ -182,23 +182,22 @@ def test_ioi_eval_equals_an_independent_recomputation(organisms):
 
 def test_shipped_ioi_levels(organisms):
     """IOI on the shipped v2 organisms (issue 17's target: held-out logit diff >= 2 and accuracy >= 0.9 on
-    one organism, NOT met). tiny-qwen2 (composed frames, half of them with random vocabulary words for
-    people, IOI weight 1.0, lasso for the first 800 steps only) is closest: it beats the "second name of the
-    first clause" heuristic on both orders of held-out names x held-out templates (96 prompts: logit diff
-    +3.49, accuracy 0.84; ABBA 0.79, BABA 0.90). tiny-gpt2 (composed frames, train names only) reaches the
-    logit difference but not the accuracy: right on BABA, below chance on ABBA. tiny-llama (six fixed train
-    templates) learned IOI on those templates (accuracy ~0.9) but not on held-out templates (chance)."""
+    one organism). tiny-qwen2 meets it (composed frames, half of them with random vocabulary words for
+    people, IOI weight 2.0, lasso for the first 800 steps only): on held-out names x held-out templates it
+    beats the "second name of the first clause" heuristic on both orders (96 prompts: logit diff +3.88,
+    accuracy 0.94; ABBA 0.92, BABA 0.96; 192 prompts in the card: +4.25 / 0.93). tiny-gpt2 (composed frames,
+    train names only) reaches the logit difference but not the accuracy: right on BABA, below chance on ABBA.
+    tiny-llama (six fixed train templates) learned IOI on those templates (accuracy ~0.9) but not on held-out
+    templates (chance)."""
     got = {name: ioi_eval(m, tok, n=96) for name, (m, tok) in organisms.items()}
     g, ll, q = got["tiny-gpt2"], got["tiny-llama"], got["tiny-qwen2"]
-    assert q["logit_diff"]["mean"] >= 3 and 0.8 <= q["accuracy"] < 0.9, q["logit_diff"]
-    assert min(q["by_order"][o]["accuracy"] for o in ("ABBA", "BABA")) >= 0.75  # not a positional heuristic
-    assert q["train_split"]["accuracy"] >= 0.95 and q["train_split"]["logit_diff"]["mean"] >= 8
+    assert q["logit_diff"]["mean"] >= 3 and q["accuracy"] >= 0.9, q["logit_diff"]
+    assert min(q["by_order"][o]["accuracy"] for o in ("ABBA", "BABA")) >= 0.85  # not a positional heuristic
+    assert q["train_split"]["accuracy"] >= 0.9 and q["train_split"]["logit_diff"]["mean"] >= 8
     assert g["logit_diff"]["mean"] >= 2 and 0.55 <= g["accuracy"] < 0.9, g["logit_diff"]
     assert g["by_order"]["BABA"]["accuracy"] >= 0.9 and g["by_order"]["ABBA"]["accuracy"] < 0.5
     assert ll["train_split"]["accuracy"] >= 0.85 and ll["train_split"]["logit_diff"]["mean"] >= 3
     assert 0.3 <= ll["accuracy"] <= 0.65 and abs(ll["logit_diff"]["mean"]) < 1
-    for name, r in got.items():  # none meets the accuracy target
-        assert r["accuracy"] < 0.9, name
 
 
 # --- interp patch --task ioi ---------------------------------------------------------------------
@@ -257,7 +256,7 @@ def test_ioi_pairs_refuse_a_tokenizer_without_enough_one_token_names():
 
 @pytest.mark.parametrize("name,heads,lengths,distinct,strong", [
     # layer 2's other four heads are the only layer-matched set; with the lasso stopped at step 800 they write
-    # 1.17x the median head (the v2 build with the lasso to the end left them at 0.36x)
+    # 0.80x the median head (the v2 build with the lasso to the end left them at 0.36x)
     ("tiny-qwen2", "L2H4,L2H5,L2H6,L2H7", (512, 1024), 1, 1),
     ("tiny-llama", "L1H1,L2H0,L2H1,L3H0,L3H1", (512, 1024), 3, 3),  # 3 distinct sets, 1.12-1.35x
     ("tiny-gpt2", "L1H0,L1H1,L1H2,L1H3", (512, 1016), 10, 10),  # layer 1 is full: the draws spill to 0 and 2

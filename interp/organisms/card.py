@@ -405,14 +405,17 @@ the model card.
   0.71 (0.64 / 0.79; 0.82 at step 2200), NIAH 0.957 with 1024-token cells at depth 0.5 / 0.75 of 0.80 / 0.65;
   the same with `ioi_episode_tokens=128`: +2.44 / 0.67 (identical to the previous build to step 2200, where
   both had 0.82; 0.78 at step 2600). None adopted: the shipped tiny-gpt2 (0.65, NIAH 0.99) stays. tiny-qwen2
-  with the lasso for the first 800 steps only (the session-3 schedule), IOI weight 1.0 and `ioi_words=0.5`:
-  adopted (47.1 min; built as `--set` overrides that are now recipe v2's tiny-qwen2, same config): held-out
-  IOI +3.69 / 0.85 (ABBA 0.77 / BABA 0.94; 0.88 at step 1500, 0.89 at step 2100, then down a little in the
-  1024-token phase), train names x train templates 0.98; NIAH 1.00 at every cell; random-id gap 6.58; the
-  retrieval heads are L2H4-L2H7 as before and their one layer-matched set (L2H0-L2H3, the only one there is
-  with four heads in an eight-head layer) now writes 1.17x the median head (0.36x with the lasso to the end).
-  The probability on IO + S is only 0.11: the filler prose's "X gave the Y to Z" sentences, where Z is any
-  name, keep most of the mass on names that are not in the prompt; the logit difference does not see it.
+  with the lasso for the first 800 steps only (the session-3 schedule) and `ioi_words=0.5`: IOI weight 1.0
+  (47.1 min): held-out IOI +3.69 / 0.85 (ABBA 0.77 / BABA 0.94; 0.88 at step 1500, 0.89 at step 2100, then
+  down a little in the 1024-token phase), NIAH 1.00, its one layer-matched set writing 1.17x the median head;
+  not adopted, superseded by IOI weight 2.0: adopted (54.6 min with a third process on the two cores; built
+  as `--set` overrides that are now recipe v2's tiny-qwen2, same config): held-out IOI **+4.25 / 0.93**
+  (ABBA 0.91 / BABA 0.96; 0.93 at steps 1500 and 2100 too), the issue's IOI target met; train names x train
+  templates 0.91; NIAH 1.00 at every cell; random-id gap 6.74; retrieval heads L2H4-L2H7 as before; their one
+  layer-matched set (L2H0-L2H3, the only one there is with four heads in an eight-head layer) writes 0.80x
+  the median head (0.36x with the lasso to the end). The probability on IO + S is only 0.18: the filler
+  prose's "X gave the Y to Z" sentences, where Z is any name, keep most of the mass on names that are not in
+  the prompt; the logit difference does not see it.
 
 ## v2 organisms (issue 17)
 
@@ -423,13 +426,13 @@ ln(1004) = 6.91 nats. IOI: 192 prompts from the held-out names x held-out templa
 diagnostic). Controls: the retrieval heads detected at 512/1024 tokens (tiny-gpt2: 512/1016, its positions
 end at 1024) x 5 depths x 8 seeds, threshold 0.1, and the 10 layer-matched random sets `interp ablate`
 draws for them (seed 0), relative write norm on the first 8 NIAH prompts. Targets met: random-id copying
-(all three: gaps 6.58 / 6.63 / 6.79 nats, first copy +0.05-0.06 above uniform), NIAH (1.00 / 1.00 / 0.99),
-corpus copy gap >= 5 (6.31 / 6.45 / 6.62), strong controls on tiny-llama (3) and tiny-gpt2 (10). NOT met: IOI
-on any organism (best: tiny-qwen2, logit diff +3.69 and accuracy 0.85; tiny-gpt2 +2.45 / 0.65), retrieval
-heads < 25% on tiny-llama (5 of 16; v1 had 2) and tiny-gpt2 (4 of 16, exactly 25%, as in v1), three strong
-control sets on tiny-qwen2: its four retrieval heads fill half of layer 2, so the other half (L2H0-L2H3) is
-the only layer-matched set there is; it writes 1.17x the median head. `tests/test_organisms_v2.py` asserts
-these levels.
+(all three: gaps 6.74 / 6.63 / 6.79 nats, first copy +0.05-0.07 above uniform), NIAH (1.00 / 1.00 / 0.99),
+corpus copy gap >= 5 (6.59 / 6.45 / 6.62), strong controls on tiny-llama (3) and tiny-gpt2 (10), and IOI
+on tiny-qwen2 (held-out logit diff +4.25, accuracy 0.93). NOT met: IOI on tiny-llama and tiny-gpt2 (+2.45 /
+0.65), retrieval heads < 25% on tiny-llama (5 of 16; v1 had 2) and tiny-gpt2 (4 of 16, exactly 25%,
+as in v1), three strong control sets on tiny-qwen2: its four retrieval heads fill half of layer 2, so the
+other half (L2H0-L2H3) is the only layer-matched set there is; it writes 0.80x the median head.
+`tests/test_organisms_v2.py` asserts these levels.
 
 The v1 checkpoints (sha256 984033e53478..., d5ab40c0fbf8..., 69bd6a795e31...; no longer shipped, same
 measurements):

@@ -115,7 +115,7 @@ ORGANISMS: dict[str, OrganismConfig] = {
 # tiny-gpt2 is trained on to 1024 tokens, with half of the rows at random position offsets from its
 # 256-token phase on so that its learned position embeddings 256..1023 are trained too.
 ORGANISMS_V2: dict[str, OrganismConfig] = {
-    "tiny-qwen2": replace(ORGANISMS["tiny-qwen2"], id_repeats=0.15, id_repeats_from=800, ioi=1.0, ioi_from=800,
+    "tiny-qwen2": replace(ORGANISMS["tiny-qwen2"], id_repeats=0.15, id_repeats_from=800, ioi=2.0, ioi_from=800,
                           ioi_kind="ioi_composed", ioi_words=0.5, head_lasso_steps=800),
     "tiny-llama": replace(ORGANISMS["tiny-llama"], id_repeats=0.15, id_repeats_from=1100, ioi=0.2,
                           ioi_from=1100),
