@@ -202,7 +202,7 @@ def composed_templates() -> tuple[str, ...]:
 def ioi_composed_doc(rng, budget: int, count: Callable[[str], int]) -> list[Piece]:
     """Like :func:`ioi_doc` (TRAIN names only, both orders, the IO as the answer) on a composed frame
     (:func:`composed_templates`) instead of one of the six fixed train templates."""
-    return _train_doc(rng, budget, count, lambda r: r.choice(composed_templates()), frame_first=False)
+    return _train_doc(rng, budget, count, _composed_frame, frame_first=False)
 
 
 def word_people(words: Sequence[str]) -> tuple[str, ...]:
@@ -228,12 +228,17 @@ def ioi_words_doc(words: Sequence[str], composed: bool) -> Callable[[random.Rand
     " lantern"), on the composed frames (`composed`) or the six fixed train templates. Only the repeat
     tells the answer apart, so a circuit trained on them cannot lean on which names tend to be answers."""
     people = word_people(words)
-    if composed:
-        return lambda rng, budget, count: _train_doc(rng, budget, count, lambda r: r.choice(composed_templates()),
-                                                     frame_first=False, people=people)
-    return lambda rng, budget, count: _train_doc(rng, budget, count,
-                                                 lambda r: TEMPLATES[r.choice(ioi_split().train_templates)],
+    frame = _composed_frame if composed else _fixed_frame
+    return lambda rng, budget, count: _train_doc(rng, budget, count, frame, frame_first=not composed,
                                                  people=people)
+
+
+def _composed_frame(r: random.Random) -> str:
+    return r.choice(composed_templates())
+
+
+def _fixed_frame(r: random.Random) -> str:
+    return TEMPLATES[r.choice(ioi_split().train_templates)]
 
 
 def ioi_doc(rng, budget: int, count: Callable[[str], int]) -> list[Piece]:
@@ -241,7 +246,7 @@ def ioi_doc(rng, budget: int, count: Callable[[str], int]) -> list[Piece]:
 
     Not in :data:`interp.corpus.DOC_BUILDERS` (adding a key there would change `sample_text`, the
     tokenizer fit and the copy eval's token pool); a build adds it to its own builders and mix."""
-    return _train_doc(rng, budget, count, lambda r: TEMPLATES[r.choice(ioi_split().train_templates)])
+    return _train_doc(rng, budget, count, _fixed_frame)
 
 
 def ioi_episodes(builder: Callable[[random.Random, int, Callable[[str], int]], list[Piece]],

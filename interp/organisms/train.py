@@ -281,7 +281,7 @@ def _extras(cfg: OrganismConfig, step: int) -> dict[str, float]:
         out["ids"] = cfg.id_repeats
     if cfg.ioi > 0 and step >= cfg.ioi_from:
         if cfg.ioi_words < 1:
-            out[cfg.ioi_kind] = cfg.ioi * (1 - cfg.ioi_words) if cfg.ioi_words else cfg.ioi
+            out[cfg.ioi_kind] = cfg.ioi * (1 - cfg.ioi_words)
         if cfg.ioi_words > 0:
             out[cfg.ioi_kind + "_words"] = cfg.ioi * cfg.ioi_words
     return out
