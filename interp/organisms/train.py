@@ -113,7 +113,10 @@ ORGANISMS: dict[str, OrganismConfig] = {
 # v2 recipes (issue 17): identical to v1 until the copy circuit has formed on corpus tokens (v1's answer
 # accuracy jumps at step ~800 / ~1000 / ~400), then random-id repeats and IOI documents join the mix;
 # tiny-gpt2 is trained on to 1024 tokens, with half of the rows at random position offsets from its
-# 256-token phase on so that its learned position embeddings 256..1023 are trained too.
+# 256-token phase on so that its learned position embeddings 256..1023 are trained too. tiny-gpt2 also has
+# the head lasso through its 128-token phase (steps 0-1299): without it all four layer-1 heads copy (4 of
+# 16 retrieval heads); with it one of them (L1H2) stays out of the copy circuit and keeps out after the
+# lasso stops (3 of 16), and the silenced heads revive into strong controls.
 ORGANISMS_V2: dict[str, OrganismConfig] = {
     "tiny-qwen2": replace(ORGANISMS["tiny-qwen2"], id_repeats=0.15, id_repeats_from=800, ioi=2.0, ioi_from=800,
                           ioi_kind="ioi_composed", ioi_words=0.5, head_lasso_steps=800),
@@ -122,7 +125,8 @@ ORGANISMS_V2: dict[str, OrganismConfig] = {
     "tiny-gpt2": replace(ORGANISMS["tiny-gpt2"], curriculum=[(64, 500), (128, 800), (256, 900), (512, 400),
                                                              (1024, 600)],
                          id_repeats=0.15, id_repeats_from=700, ioi=0.5, ioi_from=700, ioi_kind="ioi_composed",
-                         position_offsets=0.5, position_offsets_from=1300, position_offsets_right=0.5),
+                         position_offsets=0.5, position_offsets_from=1300, position_offsets_right=0.5,
+                         head_lasso=3e-3, head_lasso_steps=1300),
 }
 
 
