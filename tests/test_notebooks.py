@@ -90,8 +90,8 @@ def _check_induction(s):
 
 
 def _check_probes(s):
-    # measured: position R^2 by depth, tiny-gpt2 0.997 0.956 0.941 0.931 0.797; tiny-qwen2 (RoPE) 0.004
-    # 0.096 0.544 0.230 0.157; shuffled labels <= 0.03; word category accuracy >= majority + 0.48
+    # measured (shipped v2 organisms): position R^2 by depth, tiny-gpt2 0.995 0.951 0.945 0.883 0.794; tiny-qwen2
+    # (RoPE) 0.003 0.086 0.572 0.487 0.369; shuffled labels <= 0.034; word category accuracy >= majority + 0.488
     assert len(s["sites"]) == 5 and s["n_tokens"] == 128 * 64
     assert s["r2_position"][0] > 0.95 and min(s["r2_position"]) > 0.6
     assert s["r2_position_rope"][0] < 0.05 and max(s["r2_position_rope"]) > 0.4

@@ -229,8 +229,13 @@ def test_v2_recipes_extend_v1_and_leave_it_unchanged():
         assert (v1.id_repeats, v1.ioi, v1.position_offsets) == (0.0, 0.0, 0.0)  # the shipped v1 recipes
         assert v2.id_repeats > 0 and v2.ioi > 0
         assert v2.id_repeats_from > 0 and v2.ioi_from > 0  # after the copy circuit has formed
-        same = {f: getattr(v1, f) for f in ("arch", "hidden", "layers", "heads", "kv_heads", "seed", "head_lasso")}
+        same = {f: getattr(v1, f) for f in ("arch", "hidden", "layers", "heads", "kv_heads", "seed")}
         assert same == {f: getattr(v2, f) for f in same}
+    # the lasso: qwen2 keeps v1's weight but only for the first 800 steps; gpt2 gains one for its first 1300
+    # steps (its 128-token phase), which keeps one layer-1 head out of the copy circuit; llama has none
+    lasso = {n: (c.head_lasso, c.head_lasso_from, c.head_lasso_steps) for n, c in ORGANISMS_V2.items()}
+    assert lasso == {"tiny-qwen2": (3e-3, 0, 800), "tiny-llama": (0.0, 0, 0), "tiny-gpt2": (3e-3, 0, 1300)}
+    assert ORGANISMS["tiny-qwen2"].head_lasso == 3e-3 and ORGANISMS["tiny-gpt2"].head_lasso == 0.0
     assert ORGANISMS_V2["tiny-gpt2"].max_trained_length == 1024
     assert config_with("tiny-llama", []) == ORGANISMS_V2["tiny-llama"]  # v2 is the default recipe
     assert config_with("tiny-llama", [], "v1") == ORGANISMS["tiny-llama"]

@@ -129,7 +129,8 @@ def _v2_lines(ev, trained_ioi: bool = False) -> list[str]:
                            f"random draws (seed {c['seed']}, as `interp ablate` draws them) give "
                            f"{c['distinct_sets']} distinct "
                            f"set(s), **{c['strong_sets']} writing >= {c['min_rel']}x the median head**: {sets}"
-                           + (f" (drawn from other layers for lack of heads: {spill})" if spill else "") + "."
+                           + (" (" + ", ".join(f"{v} head(s) short in layer {k}" for k, v in spill.items())
+                              + ": drawn from the nearest layers)" if spill else "") + "."
                            + _control_targets(ev, c))]
     return lines
 
@@ -416,6 +417,24 @@ the model card.
   the median head (0.36x with the lasso to the end). The probability on IO + S is only 0.18: the filler
   prose's "X gave the Y to Z" sentences, where Z is any name, keep most of the mass on names that are not in
   the prompt; the logit difference does not see it.
+- Session 7 (issue 17): fewer retrieval heads. Where the extra heads come from (retrieval scores at 512/1024
+  tokens unless named, `interp detect retrieval`): tiny-llama has only L2H0/L2H1 at 512 tokens at step 2100
+  (the end of its 512-token phase; a build of the same recipe with composed IOI frames), and L1H1 (0.78 at
+  512) and L3H1 (0.38) join during the 1024-token phase; at 1024 tokens they already show at step 2100 (0.35,
+  0.26). A lasso from step 2100 on (`--set head_lasso=1e-3 --set head_lasso_from=2100`, 39.8 min) does not
+  remove them: L1H1 0.46, L2H0/L2H1 1.00, L3H1 0.36, L3H0 0.16, 5 of 16 again (not adopted; the lasso shrinks
+  a head's write, not its attention pattern, which is what the detector reads). tiny-gpt2's four layer-1
+  heads all copy from formation on (each ~1.0 at 128 and 256 tokens in a `--set ioi_words=0.5` build,
+  identical to the shipped recipe until step 700); a lasso of 1e-3
+  for the first 700 steps leaves all four (step 2200, stopped). A lasso of 3e-3 during the copy circuit's
+  formation keeps L1H2 out of it: L1H0, L1H1, L1H3 at 1.00 and L1H2 below 0.03 at steps 1300 (128 tokens)
+  and 2200 (256 tokens), with the lasso to step 1300 only, and at the end: adopted (`--set head_lasso=3e-3
+  --set head_lasso_steps=1300`, now recipe v2's tiny-gpt2, 37.8 min): **3 of 16 retrieval heads** (the same
+  3 at every threshold from 0.05 to 0.9), NIAH 1.00 at every cell (0.99 before), corpus copy gap 7.08,
+  random-id gap 6.72, 7 distinct layer-matched control sets, all strong (1.41-2.01x the median head: each
+  holds L1H2, the one layer-1 head left, and two heads of layers 0 and 2), held-out IOI +1.86 / 0.70 (ABBA
+  0.54 / BABA 0.86; before +2.45 / 0.65, ABBA 0.34 / BABA 0.96). The same with the lasso to the end (37.9 min):
+  also L1H0, L1H1, L1H3, NIAH 1.00, 7 strong sets, IOI +0.65 / 0.69; not adopted (lower IOI logit diff).
 
 ## v2 organisms (issue 17)
 
@@ -426,11 +445,11 @@ ln(1004) = 6.91 nats. IOI: 192 prompts from the held-out names x held-out templa
 diagnostic). Controls: the retrieval heads detected at 512/1024 tokens (tiny-gpt2: 512/1016, its positions
 end at 1024) x 5 depths x 8 seeds, threshold 0.1, and the 10 layer-matched random sets `interp ablate`
 draws for them (seed 0), relative write norm on the first 8 NIAH prompts. Targets met: random-id copying
-(all three: gaps 6.74 / 6.63 / 6.79 nats, first copy +0.05-0.07 above uniform), NIAH (1.00 / 1.00 / 0.99),
-corpus copy gap >= 5 (6.59 / 6.45 / 6.62), strong controls on tiny-llama (3) and tiny-gpt2 (10), and IOI
-on tiny-qwen2 (held-out logit diff +4.25, accuracy 0.93). NOT met: IOI on tiny-llama and tiny-gpt2 (+2.45 /
-0.65), retrieval heads < 25% on tiny-llama (5 of 16; v1 had 2) and tiny-gpt2 (4 of 16, exactly 25%,
-as in v1), three strong control sets on tiny-qwen2: its four retrieval heads fill half of layer 2, so the
+(all three: gaps 6.74 / 6.63 / 6.72 nats, first copy +0.03-0.07 above uniform), NIAH (1.00 / 1.00 / 1.00),
+corpus copy gap >= 5 (6.59 / 6.45 / 7.08), retrieval heads < 25% on tiny-qwen2 (4 of 32) and tiny-gpt2 (3 of
+16), strong controls on tiny-llama (3) and tiny-gpt2 (7), and IOI on tiny-qwen2 (held-out logit diff +4.25,
+accuracy 0.93). NOT met: IOI on tiny-llama and tiny-gpt2 (+1.86 / 0.70), retrieval heads < 25% on
+tiny-llama (5 of 16; v1 had 2), three strong control sets on tiny-qwen2: its four retrieval heads fill half of layer 2, so the
 other half (L2H0-L2H3) is the only layer-matched set there is; it writes 0.80x the median head.
 `tests/test_organisms_v2.py` asserts these levels.
 
