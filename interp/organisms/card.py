@@ -435,6 +435,10 @@ the model card.
   holds L1H2, the one layer-1 head left, and two heads of layers 0 and 2), held-out IOI +1.86 / 0.70 (ABBA
   0.54 / BABA 0.86; before +2.45 / 0.65, ABBA 0.34 / BABA 0.96). The same with the lasso to the end (37.9 min):
   also L1H0, L1H1, L1H3, NIAH 1.00, 7 strong sets, IOI +0.65 / 0.69; not adopted (lower IOI logit diff).
+  tiny-llama with the lasso that worked on the other two (`--set head_lasso=3e-3 --set head_lasso_steps=800`):
+  no copy circuit (needle-answer accuracy 0.02-0.03 at every log to step 1800, copy loss ~3.8 at step 1100
+  and ~5.0 once the random ids joined; the unpenalised build had 0.39 at step 800 and 1.55 at step 1100);
+  stopped at step ~1800.
 
 ## v2 organisms (issue 17)
 
