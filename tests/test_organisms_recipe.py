@@ -227,8 +227,10 @@ def test_v2_recipes_extend_v1_and_leave_it_unchanged():
     for name, v1 in ORGANISMS.items():
         v2 = ORGANISMS_V2[name]
         assert (v1.id_repeats, v1.ioi, v1.position_offsets) == (0.0, 0.0, 0.0)  # the shipped v1 recipes
-        assert v2.id_repeats > 0 and v2.ioi > 0
-        assert v2.id_repeats_from > 0 and v2.ioi_from > 0  # after the copy circuit has formed
+        assert v2.id_repeats > 0 and v2.id_repeats_from > 0  # after the copy circuit has formed
+        # IOI documents on tiny-qwen2 and tiny-gpt2, after the copy circuit has formed; none on tiny-llama (they
+        # pulled three more heads into its copy circuit)
+        assert (v2.ioi > 0 and v2.ioi_from > 0) == (name != "tiny-llama")
         same = {f: getattr(v1, f) for f in ("arch", "hidden", "layers", "heads", "kv_heads", "seed")}
         assert same == {f: getattr(v2, f) for f in same}
     # the lasso: qwen2 keeps v1's weight but only for the first 800 steps; gpt2 gains one for its first 1300

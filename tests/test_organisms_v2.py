@@ -79,15 +79,16 @@ def test_random_id_metric_equals_a_teacher_forced_recomputation(name, organisms,
 def test_shipped_random_id_levels(random_id):
     """The shipped v2 organisms (recipe v2: random-id repeat documents in the mix) meet both random-id targets
     of issue 17: second copy >= 3 nats below the first, first copy within 1.5 nats of uniform (measured: gaps
-    6.74 / 6.63 / 6.72, first copy +0.03-0.07 above uniform; the v1 builds had gaps 0.46 / 1.17 / 1.12 and first
-    copies ~5 nats above uniform)."""
+    6.74 / 6.39 / 6.72 for tiny-qwen2 / tiny-llama / tiny-gpt2, first copy +0.04-0.07 above uniform; the v1
+    builds had gaps 0.46 / 1.17 / 1.12 and first copies ~5 nats above uniform). Without `<s>`: first copy 13.19 /
+    9.70 / 13.70, gaps 10.88 / 9.32 / 13.30."""
     r = random_id
     for name in ORGANISMS:
         assert r[name]["gap_nats"] >= 6, name
         assert abs(r[name]["first_minus_uniform"]) < 0.5, name
         # without <s> (never seen in training) the first copy is far off uniform, and copying still works
-        assert r[name]["without_bos"]["first_copy_loss"] > r[name]["first_copy_loss"] + 4, name
-        assert r[name]["without_bos"]["gap_nats"] > 10, name
+        assert r[name]["without_bos"]["first_copy_loss"] > r[name]["first_copy_loss"] + 2, name
+        assert r[name]["without_bos"]["gap_nats"] > 9, name
 
 
 # --- IOI prompts ---------------------------------------------------------------------------------
@@ -188,8 +189,9 @@ def test_shipped_ioi_levels(organisms):
     accuracy 0.94; ABBA 0.92, BABA 0.96; 192 prompts in the card: +4.25 / 0.93). tiny-gpt2 (composed frames,
     train names only, the lasso for its first 1300 steps) is above chance but leans on the heuristic: 96
     prompts +1.86 / 0.69, BABA 0.875, ABBA 0.50 (the build without the lasso had +2.45 / 0.65, ABBA 0.34).
-    tiny-llama (six fixed train templates) learned IOI on those templates (accuracy ~0.9) but not on held-out
-    templates (chance)."""
+    tiny-llama is not trained on IOI (with IOI documents three more heads joined its copy circuit): chance on
+    both splits, with almost no preference between the two names (|logit diff| < 0.1; 192 prompts in the card:
+    -0.007 / 0.505)."""
     got = {name: ioi_eval(m, tok, n=96) for name, (m, tok) in organisms.items()}
     g, ll, q = got["tiny-gpt2"], got["tiny-llama"], got["tiny-qwen2"]
     assert q["logit_diff"]["mean"] >= 3 and q["accuracy"] >= 0.9, q["logit_diff"]
@@ -197,8 +199,8 @@ def test_shipped_ioi_levels(organisms):
     assert q["train_split"]["accuracy"] >= 0.9 and q["train_split"]["logit_diff"]["mean"] >= 8
     assert g["logit_diff"]["mean"] >= 1 and 0.6 <= g["accuracy"] < 0.9, g["logit_diff"]
     assert g["by_order"]["BABA"]["accuracy"] >= 0.8 and g["by_order"]["ABBA"]["accuracy"] <= 0.6
-    assert ll["train_split"]["accuracy"] >= 0.85 and ll["train_split"]["logit_diff"]["mean"] >= 3
-    assert 0.3 <= ll["accuracy"] <= 0.65 and abs(ll["logit_diff"]["mean"]) < 1
+    for split in (ll, ll["train_split"]):
+        assert 0.35 <= split["accuracy"] <= 0.65 and abs(split["logit_diff"]["mean"]) < 0.3, split["logit_diff"]
 
 
 # --- interp patch --task ioi ---------------------------------------------------------------------
@@ -259,7 +261,8 @@ def test_ioi_pairs_refuse_a_tokenizer_without_enough_one_token_names():
     # layer 2's other four heads are the only layer-matched set; with the lasso stopped at step 800 they write
     # 0.80x the median head (the v2 build with the lasso to the end left them at 0.36x)
     ("tiny-qwen2", "L2H4,L2H5,L2H6,L2H7", (512, 1024), 1, 1),
-    ("tiny-llama", "L1H1,L2H0,L2H1,L3H0,L3H1", (512, 1024), 3, 3),  # 3 distinct sets, 1.12-1.35x
+    # the same shape as qwen2's: two retrieval heads in a four-head layer leave one set, L2H2+L2H3, 0.95x
+    ("tiny-llama", "L2H0,L2H1", (512, 1024), 1, 1),
     # with the lasso through its 128-token phase, L1H2 stays out of the copy circuit; every draw holds it
     # (the one layer-matched head left) and two heads from layers 0 and 2; the sets write 1.4-2.0x the median head
     ("tiny-gpt2", "L1H0,L1H1,L1H3", (512, 1016), 7, 7),

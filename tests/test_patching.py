@@ -256,8 +256,8 @@ def test_niah_patching_finds_the_retrieval_heads_and_the_needle(name):
     H = z.shape[1]
     ranked = [f"L{i // H}H{i % H}" for i in np.argsort(-z.ravel())]
     # every head that moves the value at the last token (> 0.05 of the logit difference) is a detected retrieval
-    # head, and the strongest two are; a detected head may move little alone (v2 tiny-llama's L3H1 copies the
-    # value too, after layer 2 has written it)
+    # head, and the strongest two are; a detected head may move little alone (the first v2 tiny-llama's L3H1
+    # copied the value too, after layer 2 had written it)
     movers = {ranked[i] for i in range(len(ranked)) if np.sort(z.ravel())[::-1][i] > 0.05}
     assert len(movers) >= 2 and movers <= detected and set(ranked[:2]) <= detected, (ranked[:6], detected)
     assert np.mean(res.donor_value) - np.mean(res.base_value) > 5  # clean predicts its value, corrupt the other

@@ -439,6 +439,22 @@ the model card.
   no copy circuit (needle-answer accuracy 0.02-0.03 at every log to step 1800, copy loss ~3.8 at step 1100
   and ~5.0 once the random ids joined; the unpenalised build had 0.39 at step 800 and 1.55 at step 1100);
   stopped at step ~1800.
+- Session 8 (issue 17): tiny-llama with 2 retrieval heads. Two builds of the shipped recipe, one change
+  each (one thread each, two at a time; identical to the shipped build to step 1100, step 25 loss 5.5109
+  in all three): `--set ioi=0` (no IOI documents) and `--set head_lasso=3e-3 --set head_lasso_from=1100`
+  (the lasso once the copy circuit has formed, to the end, IOI kept). Both keep the copy circuit to L2H0 +
+  L2H1 through the 1024-token phase (the shipped recipe gains L1H1, L3H0, L3H1 there): at steps 1500 and
+  2100 only L2H0/L2H1 score at 256/512/1024 tokens, and at the end, 512/1024 x 5 depths x 8 seeds, **2 of
+  16** at every threshold from 0.01 to 0.9 (L2H0 0.96 / 0.93, L2H1 1.00 / 1.00). So the extra heads came
+  with the IOI documents, which tiny-llama learned only on its six train templates. `python -m
+  interp.organisms eval`, no IOI / lasso: NIAH 0.997 (one cell 0.95: 1024 tokens, depth 0) / 1.00, corpus
+  copy gap 6.03 / 5.96, random-id gap 6.39 / 6.49 (first copy +0.04 / +0.06 above uniform), held-out IOI
+  -0.01 / 0.51 and +0.13 / 0.52 (the lasso build also lost the train templates: 0.49, the shipped one had
+  0.90), the one layer-matched control set (L2H2 + L2H3) writing **0.95x** / 0.50x the median head (the
+  lasso shrinks every head it does not need: median write norm 3.2 against 22.7). Adopted: no IOI (39.5 min;
+  `--set ioi=0`, now recipe v2's tiny-llama), for the live control and the simpler recipe; IOI stays on
+  tiny-qwen2 (target met) and tiny-gpt2. With two retrieval heads in a four-head layer, tiny-llama has one
+  layer-matched control set (three with the five heads before).
 
 ## v2 organisms (issue 17)
 
@@ -449,12 +465,13 @@ ln(1004) = 6.91 nats. IOI: 192 prompts from the held-out names x held-out templa
 diagnostic). Controls: the retrieval heads detected at 512/1024 tokens (tiny-gpt2: 512/1016, its positions
 end at 1024) x 5 depths x 8 seeds, threshold 0.1, and the 10 layer-matched random sets `interp ablate`
 draws for them (seed 0), relative write norm on the first 8 NIAH prompts. Targets met: random-id copying
-(all three: gaps 6.74 / 6.63 / 6.72 nats, first copy +0.03-0.07 above uniform), NIAH (1.00 / 1.00 / 1.00),
-corpus copy gap >= 5 (6.59 / 6.45 / 7.08), retrieval heads < 25% on tiny-qwen2 (4 of 32) and tiny-gpt2 (3 of
-16), strong controls on tiny-llama (3) and tiny-gpt2 (7), and IOI on tiny-qwen2 (held-out logit diff +4.25,
-accuracy 0.93). NOT met: IOI on tiny-llama and tiny-gpt2 (+1.86 / 0.70), retrieval heads < 25% on
-tiny-llama (5 of 16; v1 had 2), three strong control sets on tiny-qwen2: its four retrieval heads fill half of layer 2, so the
-other half (L2H0-L2H3) is the only layer-matched set there is; it writes 0.80x the median head.
+(all three: gaps 6.74 / 6.39 / 6.72 nats for tiny-qwen2 / tiny-llama / tiny-gpt2, first copy +0.03-0.07 above
+uniform), NIAH (1.00 / 0.997 / 1.00), corpus copy gap >= 5 (6.59 / 6.03 / 7.08), retrieval heads < 25% on all
+three (4 of 32, 2 of 16, 3 of 16), IOI on tiny-qwen2 (held-out logit diff +4.25, accuracy 0.93), at least
+three strong control sets on tiny-gpt2 (7). NOT met: IOI on tiny-gpt2 (+1.86 / 0.70) and tiny-llama (not
+trained on IOI since session 8: -0.01 / 0.51); three strong control sets on tiny-qwen2 and tiny-llama: their
+retrieval heads fill half of one layer (L2H4-L2H7 of eight, L2H0-L2H1 of four), so the other half is the
+only layer-matched set there is; it writes 0.80x / 0.95x the median head.
 `tests/test_organisms_v2.py` asserts these levels.
 
 The v1 checkpoints (sha256 984033e53478..., d5ab40c0fbf8..., 69bd6a795e31...; no longer shipped, same

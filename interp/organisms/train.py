@@ -117,11 +117,14 @@ ORGANISMS: dict[str, OrganismConfig] = {
 # the head lasso through its 128-token phase (steps 0-1299): without it all four layer-1 heads copy (4 of
 # 16 retrieval heads); with it one of them (L1H2) stays out of the copy circuit and keeps out after the
 # lasso stops (3 of 16), and the silenced heads revive into strong controls.
+# tiny-llama has no IOI documents: with them (weight 0.2 from step 1100, the first v2 build) three more heads
+# (L1H1, L3H0, L3H1) join its copy circuit in the 1024-token phase, 5 of 16 retrieval heads, and it learned
+# IOI on its six train templates only (held-out accuracy 0.45); without them the circuit stays L2H0 + L2H1
+# (2 of 16) as in v1. tiny-qwen2 and tiny-gpt2 carry the IOI task (data/organisms/README.md, session 8).
 ORGANISMS_V2: dict[str, OrganismConfig] = {
     "tiny-qwen2": replace(ORGANISMS["tiny-qwen2"], id_repeats=0.15, id_repeats_from=800, ioi=2.0, ioi_from=800,
                           ioi_kind="ioi_composed", ioi_words=0.5, head_lasso_steps=800),
-    "tiny-llama": replace(ORGANISMS["tiny-llama"], id_repeats=0.15, id_repeats_from=1100, ioi=0.2,
-                          ioi_from=1100),
+    "tiny-llama": replace(ORGANISMS["tiny-llama"], id_repeats=0.15, id_repeats_from=1100),
     "tiny-gpt2": replace(ORGANISMS["tiny-gpt2"], curriculum=[(64, 500), (128, 800), (256, 900), (512, 400),
                                                              (1024, 600)],
                          id_repeats=0.15, id_repeats_from=700, ioi=0.5, ioi_from=700, ioi_kind="ioi_composed",
