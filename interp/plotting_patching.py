@@ -108,6 +108,8 @@ def path_effects(result: dict):
     fig = go.Figure(go.Bar(x=names, y=[e["mean"] for e in est], error_y=err, marker_color="#4c78a8"))
     target = f"via {result['via']} of {', '.join(result['receivers'])}" if result["receivers"] else "on the logits"
     metric = f"{'normalised ' if result['normalized'] else ''}{result['metric']}"
-    fig.update_layout(title=f"Path patching of {', '.join(result['senders'])} {target}, {result['model']} (95% CI)",
+    senders = result["senders"]  # a long list (every head of some layers) is named by its count; the bars name them
+    who = ", ".join(senders) if len(senders) <= 6 else f"{len(senders)} sender heads"
+    fig.update_layout(title=f"Path patching of {who} {target}, {result['model']} (95% CI)",
                       yaxis_title=metric.replace("_", " "), xaxis_title="effect")
     return fig

@@ -149,6 +149,24 @@ def test_path_patching_previous_token_head_reaches_the_induction_head_through_it
         run_path_patching(model, pairs, ["L1H1"], ["L0H0"], via="k")
 
 
+def test_path_patching_figure_names_few_senders_and_counts_many():
+    """The bar figure's title lists up to six sender heads; a longer list (every head of some layers) is named
+    by its count, so the title stays on the page; the bars still name every sender."""
+    from interp.patching.path import run_path_patching
+    from interp.plotting_patching import path_effects
+
+    model = planted_model("llama")
+    pairs = _induction_key_pairs()
+    few = run_path_patching(model, pairs, ["L0H0", "L0H1"], ["L1H1"], via="k", config=PatchingConfig(n_boot=50))
+    senders = [f"L{l}H{h}" for l in range(model.spec.n_layers) for h in range(model.spec.n_heads)]
+    assert len(senders) > 6
+    many = run_path_patching(model, pairs, senders, via="logits", config=PatchingConfig(n_boot=50))
+    t_few, t_many = (path_effects(r).layout.title.text for r in (few, many))
+    assert t_few.startswith("Path patching of L0H0, L0H1 via k of L1H1"), t_few
+    assert t_many.startswith(f"Path patching of {len(senders)} sender heads on the logits"), t_many
+    assert list(path_effects(many).data[0].x)[: len(senders)] == senders
+
+
 @pytest.mark.parametrize("name", ["tiny-qwen2", "tiny-llama"])
 def test_atp_qk_top_heads_on_niah_are_exact_patchings_top_heads(name):
     """On the organisms' NIAH pairs the heads exact patching ranks highest at the last token (the
