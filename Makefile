@@ -85,12 +85,10 @@ results-%: setup
 # on the logit difference, then what reaches the three layer-3 heads with the largest direct effect (L3H0,
 # L3H2, L3H3) through their queries, keys and values, then what reaches the layer-2 heads that feed their
 # values (L2H0-L2H3, one key-value group). The receivers are what the step before found on these 64 pairs.
-comma := ,
-heads_of = $(subst $() ,$(comma),$(strip $(foreach l,$(1),$(foreach h,0 1 2 3 4 5 6 7,L$(l)H$(h)))))
 IOI_PATH = $(I) patch --model tiny-qwen2 --task ioi --n-pairs 64 --method path --overwrite
 results-ioi-path: setup
-	$(IOI_PATH) --senders $(call heads_of,0 1 2 3) --via logits --out runs/results/tiny-qwen2/path-ioi-logits
-	for v in q k v; do $(IOI_PATH) --senders $(call heads_of,0 1 2) --receivers L3H0,L3H2,L3H3 --via $$v \
+	$(IOI_PATH) --senders 'L0H*,L1H*,L2H*,L3H*' --via logits --out runs/results/tiny-qwen2/path-ioi-logits
+	for v in q k v; do $(IOI_PATH) --senders 'L0H*,L1H*,L2H*' --receivers L3H0,L3H2,L3H3 --via $$v \
 		--out runs/results/tiny-qwen2/path-ioi-l3-$$v || exit 1; done
-	for v in q k v; do $(IOI_PATH) --senders $(call heads_of,0 1) --receivers L2H0,L2H1,L2H2,L2H3 --via $$v \
+	for v in q k v; do $(IOI_PATH) --senders 'L0H*,L1H*' --receivers L2H0,L2H1,L2H2,L2H3 --via $$v \
 		--out runs/results/tiny-qwen2/path-ioi-l2-$$v || exit 1; done

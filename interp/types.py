@@ -131,12 +131,25 @@ def as_head(h: HeadLike) -> HeadId:
     raise InvalidInputError(f"bad head {h!r}: pass interp.HeadId(layer, head), a (layer, head) tuple or 'L3H1'")
 
 
-def as_heads(heads: Iterable[HeadLike] | str) -> tuple[HeadId, ...]:
+_LAYER_RE = re.compile(r"^L(\d+)H\*$", re.IGNORECASE)
+
+
+def as_heads(heads: Iterable[HeadLike] | str, n_heads: int | None = None) -> tuple[HeadId, ...]:
     """Normalise heads (sorted, each once; a head listed twice is an error); a string may hold a
-    comma-separated list ('L3H1,L5H0')."""
+    comma-separated list ('L3H1,L5H0'). 'L2H*' is every head of layer 2, given the model's `n_heads`
+    (query heads per layer)."""
     if isinstance(heads, str):
         heads = [p for p in heads.split(",") if p.strip()]
-    parsed = [as_head(h) for h in heads]
+    parsed = []
+    for h in heads:
+        m = _LAYER_RE.match(h.strip()) if isinstance(h, str) else None
+        if m is None:
+            parsed.append(as_head(h))
+        elif n_heads is None:
+            raise InvalidInputError(f"{h.strip()!r} (every head of a layer) needs the model's head count here: "
+                                    "list the heads (L2H0,L2H1,...) or pass n_heads")
+        else:
+            parsed += [HeadId(int(m.group(1)), i) for i in range(n_heads)]
     seen, dup = set(), []
     for h in parsed:
         if h in seen and h not in dup:

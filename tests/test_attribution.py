@@ -167,6 +167,23 @@ def test_path_patching_figure_names_few_senders_and_counts_many():
     assert list(path_effects(many).data[0].x)[: len(senders)] == senders
 
 
+def test_cli_path_senders_layer_wildcard_equals_the_listed_heads(tmp_path, capsys):
+    """`--senders 'L1H*'` (every head of layer 1) runs the same path patching as the four heads listed."""
+    import json
+
+    from .helpers import run_cli
+
+    base = ["patch", "-m", "tiny-llama", "--task", "repeated", "--n-seeds", "2", "--copy-length", "6", "--method",
+            "path", "--receivers", "L2H0,L2H1", "--via", "k", "--n-boot", "20"]
+    got = {}
+    for tag, senders in (("star", "L1H*"), ("listed", "L1H0,L1H1,L1H2,L1H3")):
+        code, _, err = run_cli(base + ["--senders", senders, "--out", str(tmp_path / tag)], capsys)
+        assert code == 0, err
+        got[tag] = json.loads((tmp_path / tag / "path_patching.json").read_text())
+    assert got["star"]["senders"] == ["L1H0", "L1H1", "L1H2", "L1H3"] == got["listed"]["senders"]
+    assert got["star"]["effects"] == got["listed"]["effects"]
+
+
 @pytest.mark.parametrize("name", ["tiny-qwen2", "tiny-llama"])
 def test_atp_qk_top_heads_on_niah_are_exact_patchings_top_heads(name):
     """On the organisms' NIAH pairs the heads exact patching ranks highest at the last token (the

@@ -104,6 +104,8 @@ def test_minilm_encoder_loads_and_matches_plain_bert():
     (["detect", "retrieval", "--model", "no-such-model"], "no-such-model"),
     (["ablate", "--heads", "L9H0"], "is outside the model: layers 0..3, query heads 0..7"),
     (["ablate", "--heads", "L0H8", "--model", "tiny-llama"], "is outside the model: layers 0..3, query heads 0..3"),
+    (["ablate", "--heads", "L9H*"], "is outside the model: layers 0..3, query heads 0..7"),
+    (["ablate", "--heads", "L2H*,L2H1"], "listed more than once"),
     (["ablate", "--heads", "L0H0", "--lengths", "24"], "is too short for the needle and question"),
     (["ablate", "--heads", "L0H0", "--needles", "NEEDLES_MISSING_FIELD"], "missing or empty string field(s)"),
 ])
@@ -166,3 +168,19 @@ def test_ablation_printer_warns_about_silent_control_heads(capsys):
         _print_ablation(res, "out")
         err = " ".join(capsys.readouterr().err.split())
         assert ("weak control" in err) is warned, err
+
+
+def test_layer_wildcard_is_every_head_of_that_layer():
+    """'L2H*' expands with the model's query-head count (ablate --heads, patch --senders/--receivers); without
+    a head count it is refused, not guessed."""
+    from interp.experiments import resolve_heads
+    from interp.types import HeadId, as_heads
+
+    assert as_heads("L1H*,L0H3", n_heads=4) == (HeadId(0, 3),) + tuple(HeadId(1, h) for h in range(4))
+    assert as_heads(["l2h*"], n_heads=2) == (HeadId(2, 0), HeadId(2, 1))
+    with pytest.raises(interp.InvalidInputError, match="needs the model's head count"):
+        as_heads("L1H*")
+    model = interp.load_model("tiny-random-qwen2")  # 3 layers, 4 query heads each (GQA 4:2)
+    assert (model.spec.n_layers, model.spec.n_heads) == (3, 4)
+    assert resolve_heads("L2H*", model).heads == tuple(HeadId(2, h) for h in range(4))
+

@@ -69,7 +69,8 @@ def patch(model: Optional[str] = MODEL,
           method: str = typer.Option("exact", "--method", help="exact (one patched row per cell) | atp (attribution "
                                      "patching: 2 forwards + 1 backward) | atp-qk (AtP with q/k attention "
                                      "recomputed exactly) | path (path patching: --senders, --receivers, --via)."),
-          senders: Optional[str] = typer.Option(None, "--senders", help="path: sender heads, e.g. L0H0,L0H2."),
+          senders: Optional[str] = typer.Option(None, "--senders", help="path: sender heads, e.g. L0H0,L0H2; "
+                                                "'L1H*' is every head of layer 1."),
           receivers: Optional[str] = typer.Option(None, "--receivers", help="path: receiver heads, e.g. L1H1."),
           via: str = typer.Option("k", "--via", help="path: the receivers' input the senders reach them through: "
                                   "q | k | v, or logits (the senders' direct effect, no receivers)."),
@@ -125,8 +126,8 @@ def _path(model, device, model_dtype, revision, device_map, max_memory, pairs, t
         raise InvalidInputError(f"--via {via!r}: valid are {', '.join(VIAS)}")
     if not senders:
         raise InvalidInputError("--method path needs --senders, e.g. --senders L0H0")
-    snd, rcv = as_heads(senders), as_heads(receivers or "")
     o, m = open_run("patch", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
+    snd, rcv = (as_heads(h or "", n_heads=m.spec.n_heads) for h in (senders, receivers))
     ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed, n_pairs)
     res = run_path_patching(m, ps, snd, rcv, via=via, config=cfg)
     write_result(res, o, "path_patching", as_json)

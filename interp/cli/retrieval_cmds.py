@@ -215,7 +215,7 @@ def resolve_target_heads(heads: str, m, niah, threshold: float, from_dir, batch_
 
 
 HEADS_HELP = ("retrieval (detected now, or from --from DIR) | induction (likewise, induction.json) | random | "
-              "L3H1,L5H0 | FILE (ids, a retrieval.json or an induction.json).")
+              "L3H1,L5H0 | L2H* (every head of layer 2) | FILE (ids, a retrieval.json or an induction.json).")
 PROMPTS = typer.Option(None, "--prompts", help='Teacher-forced prompts instead of NIAH: JSONL, one '
                        '{"prompt": ..., "answer": " Paris", "wrong": " Rome"} per line (wrong for logit_diff only).')
 METRIC = typer.Option(None, "--metric", help="With --prompts (default logit_diff): logit_diff (answer - wrong at the last token) "

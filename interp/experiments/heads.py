@@ -131,7 +131,7 @@ def resolve_heads(spec_text: str | Sequence, model, *, niah=None, threshold: flo
         is_file = len(spec_text) < 4096 and p.is_file()
     except OSError:  # a long head list is no file name
         is_file = False
-    heads, source = _from_file(p) if is_file else (as_heads(spec_text), "explicit")
+    heads, source = _from_file(p) if is_file else (as_heads(spec_text, n_heads=spec.n_heads), "explicit")
     _check_bounds(heads, spec)  # fail before any decoding, with the model's bounds in the message
     return HeadSelection(heads, source)
 
