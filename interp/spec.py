@@ -48,7 +48,11 @@ class ModelSpec:
     `positional`: "rope", "learned" or "none"; `rope` its RopeSpec (None without RoPE). `sliding_window`:
     the window of the layers listed in `sliding_layers` (None: no sliding window). `attn_logit_softcap`:
     the attention-logit softcap (Gemma-2), else None. `qk_norm`: queries and keys are normalised
-    (QK-norm). `extras`: free-form details (empty unless an adapter fills it)."""
+    (QK-norm). `layer_types`: each layer's attention type from the config ("sliding_attention",
+    "full_attention"; empty when the config names none). `layer_ropes`: when layer types rotate with
+    different frequencies (Gemma-3: theta 1e4 on sliding layers, 1e6 on full-attention layers), the RopeSpec
+    of each layer type, and `rope` is layer 0's; empty when every layer shares `rope`. `rope_of(layer)` is
+    the RopeSpec a layer's heads use. `extras`: free-form details (empty unless an adapter fills it)."""
 
     architecture: str
     model_type: str
@@ -66,7 +70,20 @@ class ModelSpec:
     sliding_layers: tuple[int, ...] = ()
     attn_logit_softcap: float | None = None
     qk_norm: bool = False
+    layer_types: tuple[str, ...] = ()
+    layer_ropes: dict = field(default_factory=dict)
     extras: dict = field(default_factory=dict)
+
+    def rope_of(self, layer: int) -> RopeSpec | None:
+        """The RopeSpec of `layer`'s attention heads (its layer type's, when layer types differ)."""
+        if self.layer_ropes:
+            return self.layer_ropes[self.layer_types[layer]]
+        return self.rope
+
+    def theta_of(self, layer: int) -> float | None:
+        """The RoPE base (rope_theta) of `layer` (None without RoPE)."""
+        rope = self.rope_of(layer)
+        return rope.theta if rope is not None else None
 
     @property
     def group_size(self) -> int:

@@ -32,6 +32,12 @@ def tiny_config(family: str, gqa: bool = False):
         return tf.Gemma2Config(**common, head_dim=16, query_pre_attn_scalar=24, attn_logit_softcapping=5.0,
                                final_logit_softcapping=30.0, sliding_window=6,
                                layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+    if family == "gemma3":  # the 270M's layout: sliding layers at theta 1e4, a global layer at 1e6; GQA = MQA
+        return tf.Gemma3TextConfig(**{**common, "num_key_value_heads": 1 if gqa else 4}, head_dim=16,
+                                   query_pre_attn_scalar=16, sliding_window=6,
+                                   layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                   rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                                    "full_attention": {"rope_type": "default", "rope_theta": 1e6}})
     if family == "olmo2":
         return tf.Olmo2Config(**common)
     if family == "gpt_neox":
@@ -46,8 +52,8 @@ def tiny_config(family: str, gqa: bool = False):
     raise InvalidInputError(f"no tiny config for {family!r}; families: {', '.join(TINY_FAMILIES)}")
 
 
-TINY_FAMILIES = ("llama", "qwen2", "mistral", "gemma2", "olmo2", "gpt2", "gpt_neox", "bert")
-GQA_FAMILIES = ("llama", "qwen2", "mistral", "gemma2", "olmo2")
+TINY_FAMILIES = ("llama", "qwen2", "mistral", "gemma2", "gemma3", "olmo2", "gpt2", "gpt_neox", "bert")
+GQA_FAMILIES = ("llama", "qwen2", "mistral", "gemma2", "gemma3", "olmo2")
 
 
 def tiny_random_hf(family: str, gqa: bool = False, seed: int = 0, attn_implementation: str | None = None):

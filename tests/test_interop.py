@@ -101,11 +101,16 @@ def test_architecture_specific_names():
     assert to_transformer_lens("L1.q", model="gpt2") == "blocks.1.attn.hook_q"
     assert to_transformer_lens("L1.k", model="bert") == "blocks.1.attn.hook_k"
     assert from_transformer_lens("blocks.1.attn.hook_q", model="gpt2") == Site(1, "q")
-    assert to_transformer_lens("L1.attn_out", model="gemma2") == "blocks.1.attn.hook_out"
-    assert to_transformer_lens("L1.mlp_out", model="olmo2") == "blocks.1.mlp.hook_out"
+    # sublayers that end in a norm (Gemma-2/3, OLMo-2): interp's attn_out / mlp_out are after it, as TL's hooks
+    for mt in ("gemma2", "gemma3_text", "olmo2"):
+        assert to_transformer_lens("L1.attn_out", model=mt) == "blocks.1.hook_attn_out"
+        assert to_transformer_lens("L1.mlp_out", model=mt) == "blocks.1.hook_mlp_out"
+        assert from_transformer_lens("blocks.1.hook_mlp_out", model=mt) == Site(1, "mlp_out")
+        for sub in ("attn", "mlp"):
+            with pytest.raises(InvalidInputError, match=f"before the norm.*blocks.1.hook_{sub}_out"):
+                from_transformer_lens(f"blocks.1.{sub}.hook_out", model=mt)
     assert to_transformer_lens("L1.attn_out", model="llama") == "blocks.1.hook_attn_out"
-    with pytest.raises(InvalidInputError, match="after the attn output norm"):
-        from_transformer_lens("blocks.1.hook_attn_out", model="gemma2")
+    assert from_transformer_lens("blocks.1.attn.hook_out", model="llama") == Site(1, "attn_out")
     with pytest.raises(InvalidInputError, match="no RoPE"):
         from_transformer_lens("blocks.1.attn.hook_rot_q", model="gpt2")
     with pytest.raises(InvalidInputError, match="never fires"):

@@ -137,3 +137,20 @@ def test_model_wraps_bare_model():
     m = Model(eager("llama", False))
     assert m.hf.config._attn_implementation == "interp|eager"
     assert m.forward(ids()).shape == (2, 12, 96)
+
+
+@pytest.mark.parametrize("family,gqa", [v for v in DECODERS if v[0] != "gpt2"] + [("gpt2", False)],
+                         ids=[i for v, i in zip(DECODERS, DECODER_IDS) if v[0] != "gpt2"] + ["gpt2-mha"])
+def test_sublayer_outputs_are_the_residual_contributions(family, gqa):
+    """resid_post == resid_pre + attn_out + mlp_out on every decoder: attn_out / mlp_out are what each sublayer
+    adds to the residual stream, after the norm on its output where the architecture has one (Gemma-2/3, OLMo-2),
+    not the attention / MLP module's raw output."""
+    _, model = pair(family, gqa)
+    x = ids()
+    sites = [f"L1.{k}" for k in ("resid_pre", "attn_out", "mlp_out", "resid_post")]
+    cap = interp.Capture(sites)
+    with model.intervene(cap):
+        model.forward(x)
+    pre, attn, mlp, post = (cap[s] for s in sites)
+    assert (pre + attn + mlp - post).abs().max().item() <= 1e-5 * max(1.0, post.abs().max().item())
+    assert attn.abs().max().item() > 1e-3 and mlp.abs().max().item() > 1e-3  # both sublayers contribute

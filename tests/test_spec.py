@@ -17,8 +17,9 @@ def test_geometry(family, gqa):
     _, m = pair(family, gqa)
     s = m.spec
     assert (s.n_layers, s.n_heads, s.d_model) == (3, 4, 64)
-    assert s.n_kv_heads == (2 if gqa else 4)
-    assert [s.kv_head_of(h) for h in range(4)] == ([0, 0, 1, 1] if gqa else [0, 1, 2, 3])
+    mqa = gqa and family == "gemma3"  # the gemma3 variant shares one key/value head, as Gemma-3-270M does
+    assert s.n_kv_heads == (1 if mqa else 2 if gqa else 4)
+    assert [s.kv_head_of(h) for h in range(4)] == ([0, 0, 0, 0] if mqa else [0, 0, 1, 1] if gqa else [0, 1, 2, 3])
     # q projection width = n_heads * head_dim (checked on the real module, not the config)
     q_width = {"gpt2": 64, "bert": 64}.get(family)
     attn = m.adapter.attention(0)
@@ -36,6 +37,21 @@ def test_default_rope_frequencies_by_hand():
     assert m.spec.rope.inv_freq == pytest.approx(want, rel=1e-6)
     assert m.spec.rope.layout == "rotate_half"
     assert m.spec.rope.pair_dims(3) == (3, 11)
+
+
+def test_gemma3_frequencies_per_layer_type_by_hand():
+    """Gemma-3: sliding layers rotate at theta 1e4, full-attention layers at 1e6 (the tiny config's layout
+    sliding, full, sliding); each layer's heads get their own type's frequencies."""
+    _, m = pair("gemma3", True)  # head_dim 16
+    s = m.spec
+    assert s.layer_types == ("sliding_attention", "full_attention", "sliding_attention")
+    assert (s.sliding_window, s.sliding_layers) == (6, (0, 2))
+    for layer, theta in ((0, 1e4), (1, 1e6), (2, 1e4)):
+        assert s.theta_of(layer) == theta
+        assert s.rope_of(layer).inv_freq == pytest.approx([theta ** (-2 * j / 16) for j in range(8)], rel=1e-6)
+    assert s.rope == s.rope_of(0) and s.qk_norm
+    _, llama = pair("llama", True)
+    assert llama.spec.layer_ropes == {} and llama.spec.rope_of(2) is llama.spec.rope
 
 
 def test_llama3_scaled_frequencies_by_hand():

@@ -6,6 +6,7 @@ from ..errors import UnsupportedModelError
 from .base import Adapter
 from .bert import BertAdapter
 from .gemma2 import Gemma2Adapter
+from .gemma3 import Gemma3Adapter
 from .gpt2 import GPT2Adapter
 from .gpt_neox import GPTNeoXAdapter
 from .llama import LlamaAdapter
@@ -18,6 +19,7 @@ ADAPTERS: tuple[type[Adapter], ...] = (
     Qwen2Adapter,
     MistralAdapter,
     Gemma2Adapter,
+    Gemma3Adapter,
     Olmo2Adapter,
     GPT2Adapter,
     GPTNeoXAdapter,

@@ -37,6 +37,10 @@ class Adapter:
     final_norm_attr: str = "norm"
     rotary_attr: str | None = "rotary_emb"
     unembed_attr: str = "lm_head"
+    # a norm on each sublayer's output before the residual add (Gemma-2/3, OLMo-2): attn_out / mlp_out are
+    # these modules' outputs, the sublayers' real contributions to the residual stream
+    attn_out_norm_attr: str | None = None
+    mlp_out_norm_attr: str | None = None
 
     def __init__(self, hf: nn.Module):
         self.hf = hf
@@ -79,8 +83,18 @@ class Adapter:
         return _getpath(self.layers()[layer], self.attn_attr)
 
     def attn_out_module(self, layer: int) -> nn.Module:
-        """Module whose output is the attention sublayer's contribution to the residual."""
+        """Module whose output is the attention sublayer's contribution to the residual (the attention
+        module itself, or the norm after it where the architecture has one: Gemma-2/3, OLMo-2)."""
+        if self.attn_out_norm_attr is not None:
+            return _getpath(self.layers()[layer], self.attn_out_norm_attr)
         return self.attention(layer)
+
+    def mlp_out_module(self, layer: int) -> nn.Module:
+        """Module whose output is the MLP sublayer's contribution to the residual (the MLP, or the norm
+        after it where the architecture has one)."""
+        if self.mlp_out_norm_attr is not None:
+            return _getpath(self.layers()[layer], self.mlp_out_norm_attr)
+        return self.mlp(layer)
 
     def mlp(self, layer: int) -> nn.Module:
         return _getpath(self.layers()[layer], self.mlp_attr)
@@ -133,11 +147,20 @@ class Adapter:
         return "sdpa"
 
     def rope(self) -> RopeSpec | None:
+        """The RoPE of layer 0's heads, read from the model's rotary module (None without RoPE)."""
         if self.positional != "rope":
             return None
         rotary = getattr(self.body(), self.rotary_attr)
-        inv_freq = rotary.inv_freq.detach().float().cpu()
         rp = getattr(self.config, "rope_parameters", None) or {}
+        return self._rope_spec(rotary.inv_freq, rp, getattr(rotary, "attention_scaling", 1.0))
+
+    def layer_ropes(self) -> dict[str, RopeSpec]:
+        """{layer type: RopeSpec} when layer types rotate with different frequencies; {} when all share one."""
+        return {}
+
+    def _rope_spec(self, inv_freq: torch.Tensor, rp: dict, attention_scaling) -> RopeSpec:
+        """A RopeSpec from a rotary module's frequencies and the rope parameters they were built from."""
+        inv_freq = inv_freq.detach().float().cpu()
         rot = self.rotary_dims()
         if inv_freq.numel() != rot // 2:
             raise UnsupportedModelError(
@@ -152,7 +175,7 @@ class Adapter:
             layout=self.rope_layout,
             inv_freq=tuple(float(x) for x in inv_freq),
             scaling=rope_type,
-            attention_scaling=float(getattr(rotary, "attention_scaling", 1.0)),
+            attention_scaling=float(attention_scaling),
             dynamic=rope_type in ("dynamic", "longrope"),
         )
 
@@ -178,6 +201,8 @@ class Adapter:
             sliding_layers=sliding_layers,
             attn_logit_softcap=self.softcap(),
             qk_norm=self.qk_norm(),
+            layer_types=tuple(getattr(self.config, "layer_types", None) or ()),
+            layer_ropes=self.layer_ropes(),
         )
 
     # ---- weights (per head) -------------------------------------------------------------

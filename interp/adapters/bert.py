@@ -36,7 +36,7 @@ class BertAdapter(Adapter):
     def attn_out_module(self, layer):
         raise UnsupportedModelError("bert is post-LN: attn_out is not a residual-stream contribution; use resid_post")
 
-    def mlp(self, layer):
+    def mlp_out_module(self, layer):
         raise UnsupportedModelError("bert is post-LN: mlp_out is not a residual-stream contribution; use resid_post")
 
     def embed(self):

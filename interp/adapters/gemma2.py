@@ -1,7 +1,8 @@
 """Gemma-2: attention-logit softcapping, alternating sliding-window layers, query_pre_attn_scalar.
 
 sdpa cannot apply the softcap, so the default implementation is eager (CUDA users may pass
-attn_implementation="flex_attention" or a flash kernel that supports softcapping).
+attn_implementation="flex_attention" or a flash kernel that supports softcapping). Each sublayer's
+output is normed before the residual add: attn_out / mlp_out are those norms' outputs.
 """
 
 from ..errors import UnsupportedModelError
@@ -11,6 +12,8 @@ from .base import Adapter
 class Gemma2Adapter(Adapter):
     model_types = ("gemma2",)
     family = "gemma2"
+    attn_out_norm_attr = "post_attention_layernorm"
+    mlp_out_norm_attr = "post_feedforward_layernorm"
 
     @classmethod
     def check_config(cls, config):

@@ -40,7 +40,7 @@ def _module_for(model, site: Site):
     if site.kind == SiteKind.ATTN_OUT:
         return a.attn_out_module(site.layer)
     if site.kind == SiteKind.MLP_OUT:
-        return a.mlp(site.layer)
+        return a.mlp_out_module(site.layer)
     raise InvalidInputError(f"site {site} is not a module-level site")
 
 

@@ -21,9 +21,10 @@ The architecture-independent map above is exact for pre-norm RoPE decoders (Llam
 Mistral). Pass `model=` (an interp.Model, ModelSpec, HF model/config or model_type) for the
 others:
   * no RoPE (GPT-2, BERT): q/k are TL's hook_q / hook_k (there is no rotation, and no hook_rot_q).
-  * Gemma-2, OLMo-2 (a norm on each sublayer's output): TL's hook_attn_out / hook_mlp_out come
-    after that norm, interp's attn_out / mlp_out before it (the module outputs), so those map to
-    blocks.{l}.attn.hook_out / blocks.{l}.mlp.hook_out.
+  * Gemma-2, Gemma-3, OLMo-2 (a norm on each sublayer's output): interp's attn_out / mlp_out are the
+    sublayers' contributions to the residual, after that norm, as TL's hook_attn_out / hook_mlp_out;
+    the bridge's module outputs (blocks.{l}.attn.hook_out / mlp.hook_out) come before it and have no
+    interp site there.
   * GPT-NeoX: TransformerLens 4.3's joint-QKV bridge applies RoPE inside its attention and never
     fires hook_rot_q / hook_rot_k (they exist, nothing reaches them); its hook_q / hook_k are
     pre-RoPE. So interp's q and k have no TL hook there: an error says so.
@@ -75,9 +76,6 @@ FROM_TL = {
 PRE_ROPE = {"attn.hook_q": "q", "attn.q.hook_out": "q", "attn.hook_k": "k", "attn.k.hook_out": "k"}
 PRE_ROPE_NAME = {"q": "attn.hook_q", "k": "attn.hook_k"}
 
-# architectures whose sublayers end in a norm before the residual add: TL's hook_attn_out /
-# hook_mlp_out are after it, interp's attn_out / mlp_out (module outputs) before it
-POST_NORM_TYPES = ("gemma2", "olmo2")
 # bridges that never fire hook_rot_q / hook_rot_k (TransformerLens 4.3: RoPE inside joint QKV)
 NO_ROT_HOOK_TYPES = ("gpt_neox",)
 MODULE_OUT = {"attn_out": "attn.hook_out", "mlp_out": "mlp.hook_out"}
@@ -122,6 +120,13 @@ def _arch(model) -> tuple[str, bool] | None:
     return model_type, adapter_class(model_type).positional == "rope"
 
 
+def _post_norm(model_type: str) -> bool:
+    """Whether the architecture norms each sublayer's output before the residual add (its adapter says)."""
+    from ..adapters import adapter_class
+
+    return adapter_class(model_type).attn_out_norm_attr is not None
+
+
 def _as_site(site) -> Site:
     if isinstance(site, Site):
         return site
@@ -151,8 +156,6 @@ def to_transformer_lens(site: Site | str, model=None) -> str:
                 f"attn.hook_rot_{s.kind} (RoPE is applied inside its joint-QKV attention) and its "
                 f"attn.hook_{s.kind} is before RoPE, so no TL hook records interp's post-RoPE {s.kind}; "
                 f"capture it with interp.Capture(['{s}'])")
-        elif s.kind in MODULE_OUT and model_type in POST_NORM_TYPES:
-            hook = MODULE_OUT[s.kind]
     return f"blocks.{s.layer}.{hook}"
 
 
@@ -207,12 +210,12 @@ def from_transformer_lens(name: str, head: int | None = None, model=None) -> Sit
         if kind in ("q", "k") and model_type in NO_ROT_HOOK_TYPES:
             raise InvalidInputError(f"{text}: TransformerLens's {model_type} bridge never fires {rest} (RoPE is "
                                     f"applied inside its joint-QKV attention); capture interp's L{layer}.{kind}")
-        if model_type in POST_NORM_TYPES and rest in ("hook_attn_out", "hook_mlp_out"):
-            sub = "attn" if rest == "hook_attn_out" else "mlp"
+        if model_type is not None and rest in MODULE_OUT.values() and _post_norm(model_type):
+            sub = rest.split(".")[0]
             raise InvalidInputError(
-                f"{text}: on {model_type} TransformerLens records this after the {sub} output norm, interp's "
-                f"{kind} is before it (the module output, blocks.{layer}.{MODULE_OUT[kind]}); interp has no site "
-                f"for the normed output: use blocks.{layer}.{MODULE_OUT[kind]} for L{layer}.{kind}")
+                f"{text}: on {model_type} this is the {sub} module's output before the norm on the sublayer's "
+                f"output; interp's {kind} is the contribution to the residual after that norm: use "
+                f"blocks.{layer}.hook_{sub}_out for L{layer}.{kind}")
     elif rest in _NO_EQUIVALENT:
         raise InvalidInputError(f"TransformerLens hook {text!r} has no interp site: it is "
                                 + _NO_EQUIVALENT[rest].format(l=layer))

@@ -88,7 +88,7 @@ def resolve_sites(model, sites: Sequence[str], layers: Sequence[int] | None = No
         if s.kind == "attn_out":
             model.adapter.attn_out_module(s.layer)  # raises for post-LN encoders (BERT)
         if s.kind == "mlp_out":
-            model.adapter.mlp(s.layer)
+            model.adapter.mlp_out_module(s.layer)
     return list(dict.fromkeys(out))
 
 
