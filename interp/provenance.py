@@ -44,6 +44,19 @@ def weights_fingerprint(source: str | None, full_hash_limit: int = 64 << 20) -> 
     return out
 
 
+def gguf_source(source: str | None) -> dict | None:
+    """For a model read from interp's cached copy of a GGUF file: the GGUF's name, sha256, size, quantisation
+    types and the transformers / gguf / torch versions that dequantised it (None for other sources)."""
+    from .gguf import source_record
+
+    rec = source_record(source)
+    if rec is None:
+        return None
+    keep = ("gguf_file", "sha256", "bytes", "architecture", "quantisation", "quant_types", "file_type", "converted_by",
+            "time_utc")
+    return {k: rec.get(k) for k in keep}
+
+
 def interp_git_commit() -> str | None:
     """The git commit of the interp checkout this code runs from (None when installed, not a checkout)."""
     import subprocess
@@ -102,6 +115,7 @@ def provenance(model) -> dict:
         "config_source": getattr(model.hf.config, "interp_config_source", None) or model.source,
         "hub_snapshot": hub_snapshot(model.source),
         "weights": weights_fingerprint(model.source),
+        "gguf": gguf_source(model.source),
         "interp_git": interp_git_commit(),
         "device_info": device_info(model.device),
         "tokenizer": getattr(tok, "name_or_path", None) if tok is not None else None,

