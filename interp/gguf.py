@@ -140,12 +140,14 @@ def inspect_gguf(path: str | os.PathLike) -> GGUFInfo:
     file_type = _field(reader, "general.file_type")
     del reader
     model_type = _model_type_of(p, arch)
-    from .adapters import adapter_class
+    from .adapters import adapter_class, supported_model_types
 
     try:
         adapter_class(model_type)
-    except UnsupportedModelError as e:
-        raise UnsupportedModelError(f"{p.name}: GGUF architecture {arch!r} loads as {e}") from None
+    except UnsupportedModelError:
+        raise UnsupportedModelError(f"{p.name}: GGUF architecture {arch!r} loads as transformers model_type "
+                                    f"{model_type!r}, which interp has no adapter for; supported: "
+                                    f"{', '.join(supported_model_types())}") from None
     if not tokenizer:
         raise InvalidInputError(f"{p.name} carries no tokenizer metadata (tokenizer.ggml.*): interp needs the model's "
                                 f"tokenizer; use a GGUF converted with its tokenizer (llama.cpp's convert script "
@@ -164,7 +166,7 @@ def _model_type_of(p: Path, arch: str) -> str:
 
         raise UnsupportedModelError(f"{p.name}: GGUF architecture {arch!r} is not read by transformers "
                                     f"{transformers.__version__}'s GGUF loader; it reads: "
-                                    f"{', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES))}")
+                                    f"{', '.join(sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - {'general', 'tokenizer'}))}")
     try:
         cfg = load_gguf_checkpoint(str(p), return_tensors=False)["config"]
     except Exception as e:

@@ -39,6 +39,32 @@ def require_rope(spec) -> RopeSpec:
     return spec.rope
 
 
+def heads_by_theta(spec, heads) -> dict[float, list[str]]:
+    """{rope_theta: [head ids]} for query heads `heads` (HeadIds): which RoPE base each head rotates with.
+    One key for models whose layers share a RoPE; Gemma-3 splits sliding (1e4) from full-attention (1e6)."""
+    out: dict[float, list[str]] = {}
+    for h in heads:
+        out.setdefault(spec.theta_of(h.layer), []).append(str(h))
+    return dict(sorted(out.items()))
+
+
+def one_pair_order(spec) -> RopeSpec:
+    """The model's RopeSpec for band selection, after checking that every layer type orders its rotary pairs by
+    frequency the same way (then "lowest" / "highest" name the same pairs on every layer, whatever each layer's
+    theta). UnsupportedModelError otherwise (bands would differ per layer)."""
+    rope = require_rope(spec)
+    order = sorted(range(rope.n_pairs), key=lambda j: (rope.inv_freq[j], j))
+    for t, r in spec.layer_ropes.items():
+        if (r.n_pairs, r.layout) != (rope.n_pairs, rope.layout) or \
+                sorted(range(r.n_pairs), key=lambda j: (r.inv_freq[j], j)) != order:
+            from .errors import UnsupportedModelError
+
+            raise UnsupportedModelError(f"{spec.model_type}: {t} layers order their rotary pairs by frequency "
+                                        f"differently from layer 0, so a frequency band names different dims per "
+                                        f"layer; RoPE band analyses support one order")
+    return rope
+
+
 def n_pairs_of(count: int, unit: str, rope: RopeSpec) -> int:
     if unit not in ("dims", "pairs"):
         raise InvalidInputError(f"unit must be 'dims' or 'pairs', got {unit!r}")

