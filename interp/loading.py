@@ -4,6 +4,7 @@ files, Hub ids, tiny randoms. A GGUF file (or a folder holding one) becomes the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -375,7 +376,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
     import warnings
 
     try:
-        with warnings.catch_warnings(record=True) as caught:  # re-emitted below, when the load succeeds
+        with warnings.catch_warnings(record=True) as caught, _no_load_bars():  # warnings re-emitted below
             warnings.simplefilter("always")
             hf = auto.from_pretrained(source, **kw)
     except OSError as e:
@@ -397,6 +398,20 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
     if device_map is None:
         hf = hf.to(device)
     return Model(hf, tok, name=name_or_path, source=source)
+
+
+@contextlib.contextmanager
+def _no_load_bars():
+    """transformers' per-tensor "Loading weights" bar off for one load (a notebook cell stays clean)."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
 
 
 def spec_from_config(name: str):

@@ -11,7 +11,7 @@ from .helpers import run_cli
 
 
 def _commands():
-    """(name, click command) of every leaf command."""
+    """(name, click command) of every leaf command, and of every group that also runs alone (`interp models`)."""
     import typer.main
 
     from interp.cli import app
@@ -20,6 +20,7 @@ def _commands():
     out = []
     for name, cmd in root.commands.items():
         if hasattr(cmd, "commands"):
+            out += [(name, cmd)] if cmd.invoke_without_command else []
             out += [(f"{name} {sub}", c) for sub, c in cmd.commands.items()]
         else:
             out.append((name, cmd))

@@ -141,3 +141,27 @@ def test_cli_refuses_rope_analyses_without_rope(capsys, tmp_path):
             main(cmd + ["--model", "tiny-random-gpt2", "--out", str(tmp_path / "o")])
         assert e.value.code == 2
         assert "no rotary position embedding" in " ".join(capsys.readouterr().err.split())
+
+
+def test_gemma3_heads_by_theta_and_one_pair_order():
+    """Gemma-3's layer types rotate at 1e4 (sliding) and 1e6 (full): each head is named with its own theta, and
+    a band names the same pairs on both (frequencies sorted the same way); a spec whose layer types order their
+    pairs differently is refused rather than zeroing different dims per layer."""
+    import dataclasses
+
+    from interp.errors import UnsupportedModelError
+    from interp.rope import heads_by_theta, one_pair_order
+    from interp.types import as_heads
+
+    _, m = pair("gemma3", True)
+    s = m.spec
+    assert heads_by_theta(s, as_heads("L0H1,L1H0,L2H3")) == {1e4: ["L0H1", "L2H3"], 1e6: ["L1H0"]}
+    rope = one_pair_order(s)
+    low = resolve_dims(rope, "lowest", 4)
+    full = s.layer_ropes["full_attention"]
+    assert low.pairs == (7, 6) and resolve_dims(full, "lowest", 4).pairs == low.pairs
+    assert full.inv_freq[7] == pytest.approx(1e6 ** (-14 / 16)) and rope.inv_freq[7] == pytest.approx(1e4 ** (-14 / 16))
+    flipped = dataclasses.replace(full, inv_freq=tuple(reversed(full.inv_freq)))
+    bad = dataclasses.replace(s, layer_ropes={**s.layer_ropes, "full_attention": flipped})
+    with pytest.raises(UnsupportedModelError, match="order their rotary pairs"):
+        one_pair_order(bad)

@@ -25,7 +25,7 @@ Per query head:
 The per-head maps of (b) and (c) pool all qualifying positions of all texts; the CIs of the
 candidates are bootstrap CIs over per-text means (positions of one text are not independent).
 Direct effects need the attention output to be added to the residual stream as it is; models
-that normalise it first (post-attention norms: OLMo-2, Gemma-2) are refused for (c) and (d).
+that normalise it first (post-attention norms: OLMo-2, Gemma-2, Gemma-3) are refused for (c) and (d).
 """
 
 from __future__ import annotations
@@ -155,7 +155,14 @@ def _logit_lens(model):
 
 
 def _check_additive(model, ids: torch.Tensor) -> None:
-    """Refuse direct effects where the attention output is not added to the residual stream as is."""
+    """Refuse direct effects where the attention output is not added to the residual stream as is: a norm on the
+    attention output (the adapter names it) mixes the heads before the add, and any other architecture whose
+    residual stream is not resid_pre + attn_out + mlp_out."""
+    if model.adapter.attn_out_norm_attr is not None:
+        raise UnsupportedModelError(
+            f"{model.spec.architecture}: the attention output goes through a norm ({model.adapter.attn_out_norm_attr}, "
+            "a post-attention norm) before it is added to the residual stream, so a head's direct logit effect "
+            "(W_O of that head alone) is not defined here; copy-suppression analysis is refused")
     sites = [Site(0, k) for k in (SiteKind.RESID_PRE, SiteKind.ATTN_OUT, SiteKind.MLP_OUT, SiteKind.RESID_POST)]
     cap = Capture(sites)
     try:
