@@ -223,7 +223,12 @@ def convert(p: Path, digest: str, quiet: bool = False) -> Path:
             "quantisation": _quant_label(info.quant_types), "converted_by": _converter_versions(),
             "convert_seconds": round(time.perf_counter() - t0, 1),
             "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=2), encoding="utf-8")
-        os.replace(stage, final)
+        try:
+            os.replace(stage, final)
+        except OSError:  # another process finished the same conversion first: keep its copy
+            if cached_entry(digest) is None:
+                raise
+            shutil.rmtree(stage, ignore_errors=True)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise

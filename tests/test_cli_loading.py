@@ -137,12 +137,15 @@ def test_detect_then_ablate_cli_end_to_end(capsys, tmp_path):
     res = json.loads(out)
     assert sorted(res["heads"]) == sorted(json.loads((det / "retrieval.json").read_text())["heads"])
     assert (abl / "ablation.json").exists() and (abl / "metric_by_condition.html").exists()
-    assert [c["name"] for c in res["conditions"]] == ["baseline", "target", "random-1", "random-2"]
+    # the 4 retrieval heads are half of layer 2: its other 4 heads are the one layer-matched set there is
+    assert [c["name"] for c in res["conditions"]] == ["baseline", "target", "random-1"]
+    assert res["distinct_draws"] == 1 and res["requested_draws"] == 2
     code, _, err = run_cli(["ablate", "--model", "tiny-qwen2", "--heads", "retrieval", "--from", str(det),
                             "--lengths", "256", "--depths", "0.5", "--n-seeds", "2", "--draws", "2",
                             "--out", str(tmp_path / "abl2")], capsys)
     assert code == 0, err
     assert "written to" in err
+    assert "note: only 1 distinct layer-matched random head set(s) exist for these heads (2 asked)" in " ".join(err.split())
     assert all(c["head_write_rel"] > 0 for c in res["conditions"][1:])
     assert len(res["head_write_norm"]) == 4 and len(res["head_write_norm"][0]) == 8
 
@@ -164,7 +167,7 @@ def test_ablation_printer_warns_about_silent_control_heads(capsys):
                  conditions=[cond("baseline", None), cond("target", 2.0), cond("random-1", rnd_write),
                              cond("random-2", rnd_write + 0.1)],
                  random_pooled=None, distinct_draws=2, random_pool="layer", metric="recall",
-                 target_vs_random=None)
+                 target_vs_random=None, controls_note=None)
         _print_ablation(res, "out")
         err = " ".join(capsys.readouterr().err.split())
         assert ("weak control" in err) is warned, err

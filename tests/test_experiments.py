@@ -61,13 +61,18 @@ def test_run_ablation_equals_hand_loop_on_tiny_llama():
         assert row.estimates["recall"] == stats.mean_ci(rec[name], **kw).to_dict()
         if name != "baseline":
             assert row.vs_baseline["recall"] == stats.paired_diff(rec[name], rec["baseline"], n_perm=300, **kw).to_dict()
-    pooled = np.mean([rec[f"random-{i}"] for i in (1, 2, 3)], axis=0)
-    assert res.random_pooled.estimates["recall"] == stats.mean_ci(pooled, **kw).to_dict()
+    sets = np.stack([rec[f"random-{i}"] for i in (1, 2, 3)])
+    pooled = sets.mean(axis=0)
+    est = res.random_pooled.estimates["recall"]  # the pooled control's CI resamples the sets and the prompts
+    assert est["mean"] == pytest.approx(pooled.mean())
+    assert (est["lo"], est["hi"], est["method"]) == stats.sets_mean_ci(sets, **kw)[1:]
     want = stats.paired_diff(rec["target"], pooled, n_perm=300, **kw).to_dict()
+    want["diff_lo"], want["diff_hi"], want["ci_method"] = stats.sets_mean_ci(rec["target"][None] - sets, **kw)[1:]
+    want["p_method"] += " over samples of the pooled per-sample mean (sets held fixed)"
     assert {k: v for k, v in res.target_vs_random.items() if k not in ("x", "y", "metric")} == want
     assert res.condition("target").estimates["recall"]["mean"] < res.condition("baseline").estimates["recall"]["mean"]
     df = res.to_frame()
-    assert set(df.condition) >= {"baseline", "target", "random-1", "random (mean of 3 draws)"}
+    assert set(df.condition) >= {"baseline", "target", "random-1", "random (mean of 3 sets)"}
     assert df.loc[(df.condition == "target") & (df.metric == "recall"), "mean"].item() == pytest.approx(rec["target"].mean())
 
 
@@ -102,9 +107,18 @@ def test_rope_zero_equals_hand_loop_on_tiny_llama():
     assert res.baseline["metric"] == stats.mean_ci(base, **kw).to_dict()
     assert dose.target["vs_baseline"] == stats.paired_diff(target, base, n_perm=200, **kw).to_dict()
     assert [r["metric"] for r in dose.random_dims] == [stats.mean_ci(x, **kw).to_dict() for x in rnd]
-    assert dose.random_pooled["metric"] == stats.mean_ci(np.mean(rnd, 0), **kw).to_dict()
-    assert dose.matched_pooled["vs_baseline"] == stats.paired_diff(mh, base, n_perm=200, **kw).to_dict()
+    # pools: their CIs resample the member sets (of dims, of heads) and the prompts
+    pooled = dose.random_pooled["metric"]
+    assert pooled["mean"] == pytest.approx(np.mean(rnd)) and \
+        (pooled["lo"], pooled["hi"], pooled["method"]) == stats.sets_mean_ci(np.stack(rnd), **kw)[1:]
+    fixed = " over samples of the pooled per-sample mean (sets held fixed)"
+    mvb = stats.paired_diff(mh, base, n_perm=200, **kw).to_dict()
+    mvb["diff_lo"], mvb["diff_hi"], mvb["ci_method"] = stats.sets_mean_ci(mh[None], minus=base, **kw)[1:]
+    mvb["p_method"] += fixed
+    assert dose.matched_pooled["vs_baseline"] == mvb
     tv = stats.paired_diff(target, np.mean(rnd, 0), n_perm=200, **kw).to_dict()
+    tv["diff_lo"], tv["diff_hi"], tv["ci_method"] = stats.sets_mean_ci(target[None] - np.stack(rnd), **kw)[1:]
+    tv["p_method"] += fixed
     assert {k: dose.target_vs_random_dims[k] for k in tv} == tv
     assert dose.target_vs_matched_heads["y"] == "matched-heads-8"
 

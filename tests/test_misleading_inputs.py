@@ -107,3 +107,30 @@ def test_heads_detected_inside_ablate_are_named(tmp_path, capsys):
     heads = json.loads((tmp_path / "a" / "retrieval.json").read_text())["heads"]
     line = err[err.index("detected"):err.index("(saved as retrieval.json")]
     assert heads and f"detected {len(heads)} retrieval heads" in line and all(h in line for h in heads), err
+
+
+def test_random_controls_are_distinct_sets_shown_with_their_heads(capsys, tmp_path):
+    """`ablate --heads L2H0` on tiny-llama: layer 2 has three other heads, so three layer-matched sets exist.
+    Five draws asked: each of the three is run once, printed with its heads, the shortfall said, and the
+    pooled control's CI resamples the sets (it is not the per-prompt interval of their mean)."""
+    import json
+
+    from .helpers import run_cli
+
+    o = tmp_path / "o"
+    code, _, err = run_cli(["ablate", "--model", "tiny-llama", "--heads", "L2H0", "--lengths", "256", "--depths",
+                            "0.5", "--n-seeds", "2", "--draws", "5", "--out", str(o)], capsys)
+    assert code == 0, err
+    res = json.loads((o / "ablation.json").read_text())
+    rnd = [c for c in res["conditions"] if c["name"].startswith("random-")]
+    assert sorted(c["heads"] for c in rnd) == [["L2H1"], ["L2H2"], ["L2H3"]]
+    assert (res["distinct_draws"], res["requested_draws"]) == (3, 5)
+    assert "only 3 distinct layer-matched random head set(s) exist for these heads (5 asked)" in err
+    import re
+
+    shown = {m.group(1): m.group(2) for m in re.finditer(r"(random-\d) │ (L2H\d)", err)}  # the heads column
+    assert shown == {c["name"]: c["heads"][0] for c in rnd}
+    pooled = res["random_pooled"]
+    assert pooled["name"] == "random (mean of 3 sets)"
+    assert pooled["estimates"]["recall"]["method"].startswith("two-level bootstrap over 3 sets")
+    assert "sets held fixed" in res["target_vs_random"]["p_method"]

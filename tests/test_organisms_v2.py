@@ -264,8 +264,9 @@ def test_ioi_pairs_refuse_a_tokenizer_without_enough_one_token_names():
     # the same shape as qwen2's: two retrieval heads in a four-head layer leave one set, L2H2+L2H3, 0.95x
     ("tiny-llama", "L2H0,L2H1", (512, 1024), 1, 1),
     # with the lasso through its 128-token phase, L1H2 stays out of the copy circuit; every draw holds it
-    # (the one layer-matched head left) and two heads from layers 0 and 2; the sets write 1.4-2.0x the median head
-    ("tiny-gpt2", "L1H0,L1H1,L1H3", (512, 1016), 7, 7),
+    # (the one layer-matched head left) and two of the 8 heads of layers 0 and 2 (28 such sets): 10 distinct
+    # draws, all writing >= 0.5x the median head
+    ("tiny-gpt2", "L1H0,L1H1,L1H3", (512, 1016), 10, 10),
 ])
 def test_shipped_control_strength(name, heads, lengths, distinct, strong):
     """The layer-matched controls `interp ablate` draws for the shipped organisms' retrieval heads (as the
@@ -293,7 +294,7 @@ def test_shipped_control_strength(name, heads, lengths, distinct, strong):
         want = np.mean([norms[h.layer, h.head] for h in hs]) / np.median(norms)
         assert s["head_write_rel"] == pytest.approx(want, rel=1e-6)
         assert not set(hs) & set(target) and len(hs) == len(target)
-    assert sum(s["draws"] for s in got["sets"]) == 10
+    assert all(s["draws"] == 1 for s in got["sets"])  # every control set is distinct, run once
     assert sum(s["head_write_rel"] >= 0.5 for s in got["sets"]) == strong
 
 

@@ -109,6 +109,17 @@ def test_unsupported_architecture_and_variants_raise():
         adapter_class("llama").check_config(cfg)
     with pytest.raises(UnsupportedModelError, match="reorder_and_upcast_attn"):
         adapter_class("gpt2").check_config(tf.GPT2Config(reorder_and_upcast_attn=True))
+    g3 = adapter_class("gemma3_text")
+    with pytest.raises(UnsupportedModelError, match="layer_types \\['chunked_attention'\\]"):
+        g3.check_config(tf.Gemma3TextConfig(num_hidden_layers=2, layer_types=["chunked_attention", "full_attention"]))
+    with pytest.raises(UnsupportedModelError, match="use_bidirectional_attention"):
+        g3.check_config(tf.Gemma3TextConfig(use_bidirectional_attention=True))
+    bad_rope = tf.Gemma3TextConfig(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"])
+    bad_rope.rope_parameters = {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                "full_attention": {"rope_type": "sinusoidal-2d", "rope_theta": 1e6}}
+    with pytest.raises(UnsupportedModelError, match="rope_parameters\\['full_attention'\\].rope_type='sinusoidal-2d'"):
+        g3.check_config(bad_rope)
+    g3.check_config(tf.Gemma3TextConfig())  # the released layout is accepted
 
 
 def test_import_has_no_side_effects():

@@ -19,7 +19,8 @@ class Gemma2Adapter(Adapter):
     def check_config(cls, config):
         super().check_config(config)
         if getattr(config, "query_pre_attn_scalar", None) is None:
-            raise UnsupportedModelError("gemma2: config.query_pre_attn_scalar is missing; cannot derive the attention scale")
+            raise UnsupportedModelError(f"{config.model_type}: config.query_pre_attn_scalar is missing; cannot derive "
+                                        "the attention scale")
 
     def softcap(self):
         cap = getattr(self.config, "attn_logit_softcapping", None)

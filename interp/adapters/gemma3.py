@@ -10,22 +10,22 @@ so interventions and attention rows act per layer as the model computes it.
 
 from ..errors import UnsupportedModelError
 from ..spec import RopeSpec
-from .base import KNOWN_ROPE_TYPES, Adapter
+from .base import KNOWN_ROPE_TYPES
+from .gemma2 import Gemma2Adapter
 
 LAYER_TYPES = ("sliding_attention", "full_attention")
 
 
-class Gemma3Adapter(Adapter):
+class Gemma3Adapter(Gemma2Adapter):
+    """Gemma-2's layout (sublayer output norms, query_pre_attn_scalar, optional softcap) plus QK-norm and a RoPE per
+    layer type."""
+
     model_types = ("gemma3_text",)
     family = "gemma3"
-    attn_out_norm_attr = "post_attention_layernorm"
-    mlp_out_norm_attr = "post_feedforward_layernorm"
 
     @classmethod
     def check_config(cls, config):
-        if getattr(config, "query_pre_attn_scalar", None) is None:
-            raise UnsupportedModelError("gemma3_text: config.query_pre_attn_scalar is missing; cannot derive the "
-                                        "attention scale")
+        super().check_config(config)  # query_pre_attn_scalar
         types = getattr(config, "layer_types", None) or ()
         unknown = sorted(set(types) - set(LAYER_TYPES))
         if unknown:
@@ -40,14 +40,6 @@ class Gemma3Adapter(Adapter):
             if rope_type not in KNOWN_ROPE_TYPES:
                 raise UnsupportedModelError(f"gemma3_text: rope_parameters[{t!r}].rope_type={rope_type!r} is not "
                                             f"supported; supported: {', '.join(KNOWN_ROPE_TYPES)}")
-
-    def softcap(self):
-        cap = getattr(self.config, "attn_logit_softcapping", None)
-        return float(cap) if cap is not None else None
-
-    @classmethod
-    def default_attn_implementation_for(cls, config):
-        return "eager" if getattr(config, "attn_logit_softcapping", None) is not None else "sdpa"
 
     def qk_norm(self):
         return True

@@ -72,7 +72,9 @@ class AblationResult:
     config: dict
     provenance: dict
     detection: dict | None = None
-    distinct_draws: int = 0  # distinct random head sets among the draws
+    distinct_draws: int = 0  # random head sets run (all distinct)
+    requested_draws: int = 0  # sets asked for (more than distinct_draws when fewer distinct sets exist)
+    controls_note: str | None = None  # says so
     random_pool: str = "layer"
     # [layer][head] mean ||W_O,h z_h|| over the real tokens of the first prompts (unablated): how much
     # each head writes into the residual stream, so inactive control heads are visible
@@ -121,7 +123,7 @@ def run_ablation(model, config: AblationConfig, samples: Sequence | None = None,
     conditions = [baseline(), head_ablation("target", heads, config.mode, means, role="target"), *controls.conditions]
     outcomes = run_conditions(model, task, conditions, config.batch_size, progress)
     writes = write_norms(model, task.inputs(8), config.batch_size)
-    pooled = f"random (mean of {config.draws} draws)"
+    pooled = controls.pooled_name
     pools = {pooled: controls.names} if controls.names else {}
     comp = compare(outcomes, pools=pools, direct=[("target", pooled)] if pools else [],
                    write_rel=writes.relative, n_boot=config.n_boot, n_perm=config.n_perm, seed=config.seed)
@@ -143,5 +145,5 @@ def run_ablation(model, config: AblationConfig, samples: Sequence | None = None,
         target_vs_random=comp.direct[0] if comp.direct else None, shortfall_by_layer=controls.shortfall_by_layer,
         sample_ids=task.sample_ids, config=cfg, provenance=provenance(model), detection=detection,
         distinct_draws=controls.distinct_draws, random_pool=config.random_pool, head_write_norm=writes.as_list(),
-        head_write_prompts=writes.n_prompts,
+        head_write_prompts=writes.n_prompts, requested_draws=controls.requested, controls_note=controls.note(),
     )

@@ -307,7 +307,7 @@ def _causal_check(model, task, clean, target, source, config, means, note, progr
     conds = [baseline(), head_ablation("target", target, config.mode, means, role="target"), *controls.conditions]
     out = run_conditions(model, task, conds, config.batch_size, known={"baseline": clean},
                          progress=(lambda n: progress(n / task.n)) if progress else None)
-    pooled = f"random (mean of {config.draws} draws)"
+    pooled = controls.pooled_name
     pools = {pooled: controls.names} if controls.names else {}
     comp = compare(out, metrics=("late_loss", "icl"), tested=("late_loss", "icl"), pools=pools,
                    direct=[("target", pooled)] if pools else [], n_boot=config.n_boot, n_perm=config.n_perm,
@@ -321,4 +321,5 @@ def _causal_check(model, task, clean, target, source, config, means, note, progr
             "conditions": [asdict(r) for r in comp.rows],
             "random_pooled": asdict(comp.pooled[0]) if comp.pooled else None,
             "target_vs_random": comp.direct, "target_vs_random_late_loss": by_metric.get("late_loss"),
-            "shortfall_by_layer": controls.shortfall_by_layer, "distinct_draws": controls.distinct_draws}
+            "shortfall_by_layer": controls.shortfall_by_layer, "distinct_draws": controls.distinct_draws,
+            "requested_draws": controls.requested, "controls_note": controls.note()}

@@ -47,6 +47,13 @@ def echo(text: str, nl: bool = True) -> None:
         typer.echo(text, nl=nl)
 
 
+def heads_cell(heads, shown: int = 6) -> str:
+    """A table's heads column: the heads themselves (the first `shown` and a count when there are more)."""
+    if not heads:
+        return "-"
+    return ",".join(heads) if len(heads) <= shown else f"{','.join(heads[:shown])},... ({len(heads)})"
+
+
 def finite(value):
     """typer callback: a float option must be a finite number (nan and inf are refused, not passed on)."""
     import math

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import InvalidInputError
-from .common import finite, final_path, parse_ints, progress_bar, unit_interval, write_result, write_table
+from .common import finite, final_path, heads_cell, parse_ints, progress_bar, unit_interval, write_result, write_table
 from .retrieval_cmds import REVISION, DEVICE_MAP, MAX_MEMORY, BATCH, DEVICE, DTYPE, JSON, MODEL, OUT, OVERWRITE, detect_app, open_run
 
 SEED = typer.Option(0, "--seed", help="Seed of the random tokens / texts, token samples, control draws, bootstrap.")
@@ -105,14 +105,16 @@ def _print_induction(d: dict, out) -> None:
     cz = d["causal"]
     if cz:
         t = Table(title=f"{cz['mode']} ablation of {', '.join(cz['heads'])} ({cz['heads_source']})")
-        for col in ("condition", "second-copy loss [95% CI]", "diff vs baseline [95% CI]", "ICL score"):
+        for col in ("condition", "heads", "second-copy loss [95% CI]", "diff vs baseline [95% CI]", "ICL score"):
             t.add_column(col)
         for cond in cz["conditions"] + ([cz["random_pooled"]] if cz["random_pooled"] else []):
             ll, v = cond["estimates"]["late_loss"], (cond["vs_baseline"] or {}).get("late_loss")
-            t.add_row(cond["name"], f"{ll['mean']:.3f} [{ll['lo']:.3f}, {ll['hi']:.3f}]",
+            t.add_row(cond["name"], heads_cell(cond["heads"]), f"{ll['mean']:.3f} [{ll['lo']:.3f}, {ll['hi']:.3f}]",
                       "-" if v is None else f"{v['diff']:+.3f} [{v['diff_lo']:+.3f}, {v['diff_hi']:+.3f}]",
                       f"{cond['estimates']['icl']['mean']:+.3f}")
         c.print(t)
+        if cz.get("controls_note"):
+            c.print(f"note: {cz['controls_note']}", highlight=False)
     c.print(f"written to {final_path(out)}/")
 
 

@@ -10,8 +10,10 @@ import typer
 from ..errors import InvalidInputError
 from .budget import experiment_batch, niah_batch
 from .budget import option as batch_option
-from .common import (dumps, final_path, finite, niah_config, niah_for_model, note_niah, out_dir, progress_bar,
-                     write_result)
+from .common import (dumps, final_path, finite, heads_cell, niah_config, niah_for_model, note_niah, out_dir,
+                     progress_bar, write_result)
+
+
 
 detect_app = typer.Typer(no_args_is_help=True, help="Detect head types.",
                          context_settings={"help_option_names": ["-h", "--help"]})
@@ -317,7 +319,7 @@ def _print_ablation(res, out):
     for c in rows:
         r = c.estimates[res.metric]
         v = (c.vs_baseline or {}).get(res.metric)
-        t.add_row(c.name, str(len(c.heads)) if c.heads else "-", f"{r['mean']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]",
+        t.add_row(c.name, heads_cell(c.heads), f"{r['mean']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]",
                   "-" if v is None else f"{v['diff']:+.2f} [{v['diff_lo']:+.2f}, {v['diff_hi']:+.2f}]",
                   "-" if v is None else f"{v['p_value']:.3g}", "-" if v is None else f"{v['cohens_d']:.2f}",
                   "-" if c.head_write_rel is None else f"{c.head_write_rel:.2f}")
@@ -327,13 +329,8 @@ def _print_ablation(res, out):
     if tv:
         c.print(f"target vs pooled random heads ({res.metric}, paired): {tv['diff']:+.2f} "
                 f"[{tv['diff_lo']:+.2f}, {tv['diff_hi']:+.2f}], p = {tv['p_value']:.3g}")
-    n_draws = len(res.conditions) - 2
-    if n_draws > 1 and res.distinct_draws < n_draws:
-        kind = "layer-matched " if res.random_pool == "layer" else ""
-        why = "few non-target heads in those layers" if kind else "drawn twice by chance"
-        c.print(f"note: only {res.distinct_draws} distinct {kind}random head set(s) among the {n_draws} "
-                f"draws ({why}); identical draws were run once"
-                + ("; --random-pool any draws the same count from every layer" if kind else ""))
+    if res.controls_note:
+        c.print(f"note: {res.controls_note}", highlight=False)
     target = next((x for x in res.conditions if x.name == "target"), None)
     rnd = [x.head_write_rel for x in res.conditions if x.name.startswith("random-") and x.head_write_rel is not None]
     if target is not None and target.head_write_rel and rnd and np.mean(rnd) < 0.5 * target.head_write_rel:

@@ -2,8 +2,11 @@
 
 Per condition and metric: the mean with a bootstrap CI; against the baseline, on the same samples:
 the paired difference with its CI, a sign-flip permutation p-value and Cohen's d_z. Pools (e.g. the
-per-sample mean over random draws) become rows of their own, and `direct` pairs (e.g. target vs the
-pooled random draws) get the same paired test directly.
+per-sample mean over random head sets) become rows of their own, and `direct` pairs (e.g. target vs the
+pooled random sets) get the same paired test directly. A pool's CIs (its mean, its difference from the
+baseline, a direct test against it) come from a two-level bootstrap that resamples its member sets and
+the samples (`stats.sets_mean_ci`), so the spread between sets counts; its p-values are sign-flip tests
+over samples of the pooled per-sample mean, with the sets held fixed (their `p_method` says so).
 """
 
 from __future__ import annotations
@@ -109,14 +112,32 @@ def compare(outcomes: Outcomes, metrics: Sequence[str] | None = None, tested: Se
     rows = [summary(c.name, c.role, c.heads, c.info) for c in outcomes.conditions]
     pooled = [summary(name, "control", (), {"members": list(members)}, pooled=True)
               for name, members in (pools or {}).items()]
+    sets = {name: {m: np.stack([np.asarray(vals[c][m], dtype=float) for c in members]) for m in task_metrics}
+            for name, members in (pools or {}).items()}
+    for r in pooled:  # a pooled control's CIs resample its sets as well as the samples
+        for m in metrics:
+            _set_ci(r.estimates[m], *stats.sets_mean_ci(sets[r.name][m], **kw)[1:], ("lo", "hi", "method"))
+        for m in tested if r.vs_baseline is not None else ():
+            _set_ci(r.vs_baseline[m], *stats.sets_mean_ci(sets[r.name][m], minus=vals[baseline][m], **kw)[1:])
     dtests = []
     for x, y in direct:
         if x not in vals or y not in vals:
             raise InvalidInputError(f"direct comparison {x!r} vs {y!r}: unknown condition")
         for m in tested:
-            dtests.append({"x": x, "y": y, "metric": m,
-                           **stats.paired_diff(vals[x][m], vals[y][m], n_perm=n_perm, **kw).to_dict()})
+            t = stats.paired_diff(vals[x][m], vals[y][m], n_perm=n_perm, **kw).to_dict()
+            if y in sets or x in sets:  # x - (pooled sets), or (pooled sets) - y
+                diffs = (vals[x][m][None, :] - sets[y][m]) if y in sets else (sets[x][m] - vals[y][m][None, :])
+                _set_ci(t, *stats.sets_mean_ci(diffs, **kw)[1:])
+            dtests.append({"x": x, "y": y, "metric": m, **t})
     return Comparison(metrics[0], rows, pooled, dtests, baseline)
+
+
+def _set_ci(d: dict, lo: float, hi: float, method: str, keys=("diff_lo", "diff_hi", "ci_method")) -> None:
+    """Replace a CI in an Estimate / PairedComparison dict by the pooled-sets one; a paired comparison's sign-flip
+    p-value stays the one over samples of the pooled per-sample mean (the sets held fixed), and says so."""
+    d[keys[0]], d[keys[1]], d[keys[2]] = lo, hi, method
+    if "p_method" in d:
+        d["p_method"] += " over samples of the pooled per-sample mean (sets held fixed)"
 
 
 def _listed(a: np.ndarray, pooled: bool) -> list:

@@ -44,19 +44,35 @@ def baseline() -> Condition:
 class Controls:
     """Matched random conditions with the bookkeeping every result carries."""
 
-    conditions: list[Condition]
+    conditions: list[Condition]  # one per distinct head set
     shortfall_by_layer: dict  # {layer: k}: k heads of that layer's share drawn from other layers
-    distinct_draws: int
+    distinct_draws: int  # == len(conditions): every set is distinct
     pool: str
+    requested: int = 0  # sets asked for
+    possible: int | None = None  # distinct sets that exist (None: not counted, a layer's shortfall)
 
     @property
     def names(self) -> list[str]:
         return [c.name for c in self.conditions]
 
+    @property
+    def pooled_name(self) -> str:
+        return f"random (mean of {len(self.conditions)} sets)"
+
+    def note(self) -> str | None:
+        """Why there are fewer sets than asked, or None."""
+        if len(self.conditions) >= self.requested:
+            return None
+        kind = "layer-matched " if self.pool == "layer" else ""
+        exist = f"only {self.possible} distinct" if self.possible is not None else f"{len(self.conditions)} distinct"
+        return (f"{exist} {kind}random head set(s) exist for these heads ({self.requested} asked): each is run once"
+                + ("; --random-pool any draws the same count from every layer" if kind else ""))
+
 
 def random_head_controls(target: Sequence[HeadId], spec, make, draws: int, seed: int = 0, pool: str = "layer",
                          prefix: str = "random") -> Controls:
-    """`draws` random head sets matched to `target` and one condition per set.
+    """Up to `draws` distinct random head sets matched to `target` and one condition per set (fewer when fewer
+    distinct sets exist: `Controls.note()` says so).
 
     pool="layer": the same count per layer, from the layer's other heads (spilling into the nearest
     layers when a layer has too few, recorded in `shortfall_by_layer`); pool="any": the same
@@ -72,8 +88,8 @@ def random_head_controls(target: Sequence[HeadId], spec, make, draws: int, seed:
                                    n_draws=draws, seed=seed, by_layer=pool == "layer")
     sets = [tuple(HeadId(l, h) for l, h in x) for x in d.draws]
     conds = [Condition(f"{prefix}-{i + 1}", make(hs), role="control", heads=hs) for i, hs in enumerate(sets)]
-    return Controls(conds, {str(k): v for k, v in d.shortfall_by_layer.items()}, len({frozenset(s) for s in sets}),
-                    pool)
+    return Controls(conds, {str(k): v for k, v in d.shortfall_by_layer.items()}, len(sets), pool, draws,
+                    d.n_possible)
 
 
 def head_ablation(name: str, heads: Sequence[HeadId], mode: str = "zero", means=None, role: str = "other"

@@ -179,6 +179,6 @@ def control_write_strength(controls, writes: WriteNorms, min_rel: float = 0.5) -
                          "draws": 1}
     rows = list(sets.values())
     strong = [r for r in rows if r["head_write_rel"] is not None and r["head_write_rel"] >= min_rel]
-    return {"pool": controls.pool, "n_draws": len(controls.conditions), "distinct_sets": len(rows),
+    return {"pool": controls.pool, "n_draws": controls.requested or len(controls.conditions), "distinct_sets": len(rows),
             "strong_sets": len(strong), "min_rel": min_rel, "shortfall_by_layer": dict(controls.shortfall_by_layer),
             "median_write_norm": writes.median, "write_prompts": writes.n_prompts, "sets": rows}

@@ -26,6 +26,8 @@ Where scipy is used and where not
 * `layer_clustered_permutation`: hand-written, vectorised numpy. scipy's `permutation_test` has
   no notion of permuting labels within strata (layers) while keeping each stratum's label count.
 * `matched_random_heads`, `threshold_sweep`, `cohens_d`: plain numpy.
+* `sets_mean_ci`: hand-written two-level bootstrap (control sets, then samples) for pooled random controls;
+  scipy's bootstrap resamples one level only.
 * `column_mean_ci`: vectorised percentile bootstrap over pairs for every cell of a patching grid
   (scipy's bootstrap runs one statistic at a time; a grid has thousands of cells).
 """
@@ -33,9 +35,9 @@ Where scipy is used and where not
 from ._common import BCA_MAX_N, EXACT_SIGN_FLIP_MAX_N
 from .grid import GridEstimate, column_mean_ci
 from .heads import MatchedDraws, matched_random_heads, threshold_sweep
-from .paired import Estimate, PairedComparison, cohens_d, mean_ci, paired_diff
+from .paired import Estimate, PairedComparison, cohens_d, mean_ci, paired_diff, sets_mean_ci
 from .permutation import PermutationResult, layer_clustered_permutation
 
 __all__ = ["BCA_MAX_N", "EXACT_SIGN_FLIP_MAX_N", "Estimate", "GridEstimate", "column_mean_ci", "MatchedDraws", "PairedComparison", "PermutationResult",
            "cohens_d", "layer_clustered_permutation", "matched_random_heads", "mean_ci", "paired_diff",
-           "threshold_sweep"]
+           "sets_mean_ci", "threshold_sweep"]

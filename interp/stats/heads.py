@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -16,7 +18,11 @@ from ._common import (_ToDict, _check_seed, _check_count)  # noqa: F401
 class MatchedDraws(_ToDict):
     """Random control head sets matched to a selection, layer by layer.
 
-    draws: `n_draws` sorted lists of (layer, head) tuples, each as large as the selection.
+    draws: up to `n_draws` DISTINCT sorted lists of (layer, head) tuples, each as large as the selection (a
+    control is a head set: a set drawn twice would count twice in a pooled control). Fewer than asked only
+    when fewer distinct sets exist: `n_possible` is how many exist (None when a layer's shortfall makes the
+    count not a product of binomials; then up to 100 draws per missing set are tried), `n_requested` how
+    many were asked for.
     shortfall_by_layer: {layer: k} for every layer whose available heads (not selected, not
     excluded) were k fewer than the selection has there; those k heads were drawn from other
     layers' available heads, nearest layers first (equidistant layers above and below pooled,
@@ -29,6 +35,8 @@ class MatchedDraws(_ToDict):
     seed: int
     selected_by_layer: dict = field(default_factory=dict)
     by_layer: bool = True  # False: drawn from all available heads, layers not matched
+    n_requested: int = 0
+    n_possible: int | None = None
 
 
 def _as_pair(h: Any, n_layers: int, n_heads: int, what: str) -> tuple[int, int]:
@@ -69,8 +77,9 @@ def matched_random_heads(selected: Iterable, n_layers: int, n_heads: int, n_draw
     number of heads in every layer as `selected` - unless a layer has too few available heads:
     then all of that layer's available heads are taken and the rest ("shortfall", reported in
     `shortfall_by_layer`) comes from the nearest layers' remaining heads. Heads are (layer, head)
-    tuples (HeadId and "L3H1" strings are accepted too). Draws are independent of each other
-    (two draws may coincide when the pool is small) and reproducible for a seed.
+    tuples (HeadId and "L3H1" strings are accepted too). Draws are distinct sets, reproducible for a seed:
+    a set that coincides with an earlier draw is drawn again, and when no more than `n_draws` distinct
+    sets exist, every one of them is returned (fewer than asked; `n_possible` says how many exist).
 
     Raises InvalidInputError for heads outside [0, n_layers) x [0, n_heads), duplicate selected
     heads, or when fewer heads are available in total than are selected.
@@ -104,12 +113,23 @@ def matched_random_heads(selected: Iterable, n_layers: int, n_heads: int, n_draw
     selected_by_layer = {int(lay): int(need[lay]) for lay in range(n_layers) if need[lay] > 0}
     if not by_layer:
         pool_all = [(lay, int(h)) for lay in range(n_layers) for h in avail[lay]]
-        draws_any = [sorted(pool_all[i] for i in rng.choice(len(pool_all), size=len(sel), replace=False))
-                     for _ in range(n_draws)]
-        return MatchedDraws(draws=draws_any, shortfall_by_layer={}, seed=seed,
-                            selected_by_layer=selected_by_layer, by_layer=False)
-    draws: list[list[tuple[int, int]]] = []
-    for _ in range(n_draws):
+        possible = math.comb(len(pool_all), len(sel))
+        if possible <= n_draws:
+            every = [sorted(c) for c in itertools.combinations(pool_all, len(sel))]
+        else:
+            every = _distinct(lambda: sorted(pool_all[i] for i in rng.choice(len(pool_all), size=len(sel),
+                                                                              replace=False)), n_draws)
+        return MatchedDraws(draws=every, shortfall_by_layer={}, seed=seed, selected_by_layer=selected_by_layer,
+                            by_layer=False, n_requested=n_draws, n_possible=possible)
+    possible = None if shortfall else math.prod(math.comb(a.size, int(k)) for a, k in zip(avail, own))
+    if possible is not None and possible <= n_draws:  # all of them, in a fixed order
+        per_layer = [list(itertools.combinations([(lay, int(h)) for h in avail[lay]], int(own[lay])))
+                     for lay in range(n_layers) if own[lay]]
+        every = [sorted(x for part in combo for x in part) for combo in itertools.product(*per_layer)]
+        return MatchedDraws(draws=every, shortfall_by_layer=shortfall, seed=seed,
+                            selected_by_layer=selected_by_layer, n_requested=n_draws, n_possible=possible)
+
+    def one() -> list[tuple[int, int]]:
         remaining = [a for a in avail]
         chosen: list[tuple[int, int]] = []
         for lay in range(n_layers):
@@ -135,8 +155,23 @@ def matched_random_heads(selected: Iterable, n_layers: int, n_heads: int, n_draw
                         remaining[ly] = np.delete(remaining[ly], idx)
                     s -= k
                 dist += 1
-        draws.append(sorted(chosen))
-    return MatchedDraws(draws=draws, shortfall_by_layer=shortfall, seed=seed, selected_by_layer=selected_by_layer)
+        return sorted(chosen)
+
+    return MatchedDraws(draws=_distinct(one, n_draws), shortfall_by_layer=shortfall, seed=seed,
+                        selected_by_layer=selected_by_layer, n_requested=n_draws, n_possible=possible)
+
+
+def _distinct(draw, n: int, tries_per_set: int = 100) -> list:
+    """Up to `n` distinct results of `draw()` (a set drawn again is redrawn), giving up after `tries_per_set`
+    draws per set still missing."""
+    out, seen, tries = [], set(), 0
+    while len(out) < n and tries < tries_per_set * n:
+        d = draw()
+        tries += 1
+        if tuple(d) not in seen:
+            seen.add(tuple(d))
+            out.append(d)
+    return out
 
 
 # --------------------------------------------------------------------------- 6. threshold sweep

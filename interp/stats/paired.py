@@ -198,3 +198,44 @@ def cohens_d(a, b) -> float:
 # --------------------------------------------------------------------------- 4. layer-clustered permutation
 
 
+
+
+# --------------------------------------------------------------------------- 4. pooled controls
+
+
+def sets_mean_ci(values, minus=None, n_boot: int = 10000, level: float = 0.95, seed: int = 0,
+                 chunk: int = 500) -> tuple[float, float, float, str]:
+    """(mean, lo, hi, method) of the mean over control SETS and samples of `values` [n_sets, n_samples] (minus a
+    per-sample reference `minus` [n_samples], e.g. the baseline or the target, for a paired difference).
+
+    The unit of a control is the set: a pooled control's CI must carry the spread between sets as well as
+    between prompts, so this is a two-level percentile bootstrap: each resample draws the sets with
+    replacement, then the samples with replacement (the same samples for every set, and for `minus`: the design
+    stays paired), and takes the mean. With one set it is the plain paired bootstrap over samples.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 2 or v.shape[0] < 1 or v.shape[1] < 1:
+        raise InvalidInputError(f"values must be [n_sets, n_samples] with both >= 1, got shape {v.shape}")
+    if not np.all(np.isfinite(v)):
+        raise InvalidInputError("values contain NaN or inf: decide what a failed sample means before pooling")
+    if minus is not None:
+        m = _as_1d("minus", minus)
+        if m.size != v.shape[1]:
+            raise InvalidInputError(f"minus has {m.size} samples, values {v.shape[1]}: not paired")
+        v = v - m[None, :]
+    n_boot = _check_count("n_boot", n_boot)
+    level = _check_level(level)
+    rng = np.random.default_rng(np.random.SeedSequence(_check_seed(seed)).spawn(2)[1])
+    k, n = v.shape
+    mean = float(v.mean())
+    if k * n == 1 or np.ptp(v) == 0:
+        return mean, mean, mean, "constant"
+    stats_ = np.empty(n_boot)
+    for start in range(0, n_boot, chunk):
+        b = min(chunk, n_boot - start)
+        per_sample = v[rng.integers(k, size=(b, k))].mean(axis=1)  # [b, n]: the resampled sets' mean per sample
+        pick = rng.integers(n, size=(b, n))
+        stats_[start:start + b] = np.take_along_axis(per_sample, pick, axis=1).mean(axis=1)
+    a = (1 - level) / 2
+    lo, hi = np.quantile(stats_, [a, 1 - a])
+    return mean, float(lo), float(hi), f"two-level bootstrap over {k} sets and {n} samples (percentile)"
