@@ -102,11 +102,9 @@ def resolve(name: str) -> tuple[str, str]:
         if path is None:
             raise not_fetched(name)
         return "fetched", str(path)
-    if name.lower().endswith(".gguf") or os.path.isfile(name):
+    if name.lower().endswith(".gguf"):
         if not os.path.isfile(name):
             raise ModelNotFoundError(f"no such GGUF file: {name}")
-        if not name.lower().endswith(".gguf"):
-            raise ModelNotFoundError(f"{name} is a file: pass a .gguf file, a checkpoint folder, an alias or a Hub id")
         return "gguf", name
     if name == "minilm-l6":
         p = minilm_path()
@@ -117,6 +115,8 @@ def resolve(name: str) -> tuple[str, str]:
         return "random", name[len("tiny-random-"):]
     if name in HUB_ALIASES:
         return "hub", HUB_ALIASES[name]
+    if os.path.isfile(name):
+        raise ModelNotFoundError(f"{name} is a file: pass a .gguf file, a checkpoint folder, an alias or a Hub id")
     if os.path.isdir(name):
         if not os.path.isfile(os.path.join(name, "config.json")):
             from .gguf import find_gguf
@@ -306,7 +306,8 @@ def _hub_kwargs(kind: str) -> dict:
 def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | None = None, dtype=None,
                device_map=None, attn_implementation: str | None = None, revision: str | None = None,
                max_memory: dict | None = None, offload_folder: str | None = None):
-    """Load a model by alias, local directory or Hub id and return an `interp.Model`.
+    """Load a model by alias, local directory, GGUF file (or a folder holding one) or Hub id and return an
+    `interp.Model`. A GGUF is dequantised once into interp's cache (`interp.gguf`); later loads read that copy.
 
     device: "cpu", "cuda", "cuda:1", "mps"... (default: cuda if available, else cpu). dtype: a torch
     dtype or its name (default float32 on CPU, bfloat16 on CUDA). device_map (accelerate's big-model

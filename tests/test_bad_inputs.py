@@ -236,7 +236,6 @@ CASES = [  # (command line, text the one-line error must contain)
     ("cache --layers x", "--layers must be comma-separated integers"),
     ("probe --sites bogus", "--sites bogus: probe caches the residual stream"),
     ("detect retrieval --bogus-option 1", "No such option: --bogus-option"),
-    ("plan -m qwen2.5-7b --lengths 8192 --device cpu --budget-gib 10", "at batch size 1"),
     ("plan -m qwen2.5-7b --lengths abc", "comma-separated integers"),
     ("plan --analysis bogus", "choose from"),
     ("plan --analysis patch --sites nope", "unknown site"),

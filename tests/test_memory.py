@@ -54,10 +54,10 @@ def test_plan_cli_offline_for_qwen25_7b(capsys, monkeypatch):
     assert abs(p["weights"] / (7.6e9 * 2) - 1) < 0.01
     assert p["kv_cache"] == 2 * 28 * 4 * 128 * 8192 * d["batch_size"] * 2
     assert d["batch_size"] >= 1 and p["peak"] <= d["budget"]
-    code, _, err = run_cli(["plan", "-m", "qwen2.5-7b", "--lengths", "4096,8192", "--model-dtype", "bf16",
-                            "--device", "cpu", "--budget-gib", "100", "--analysis", "patch", "--sites",
-                            "resid_pre,head_out"], capsys)
-    assert code == 0 and "8192" in err and "peak" in err
+    code, out, err = run_cli(["plan", "-m", "qwen2.5-7b", "--lengths", "4096,8192", "--model-dtype", "bf16",
+                              "--device", "cpu", "--budget-gib", "100", "--analysis", "patch", "--sites",
+                              "resid_pre,head_out"], capsys)
+    assert code == 0 and "8192" in out and "peak" in out  # the plan is the answer: stdout
 
 
 def test_batch_size_grows_with_the_budget_and_fits():
@@ -75,15 +75,32 @@ def test_pick_batch_size_refuses_with_the_bytes_batch_one_needs(capsys):
     need = memory.estimate("tiny-random-qwen2", 512, 1, "float32", "detect").peak
     with pytest.raises(InvalidInputError, match=f"needs {need} bytes .* at batch size 1.*the budget is 1000 bytes"):
         memory.pick_batch_size(1000, "tiny-random-qwen2", [128, 512], "float32", "detect")
-    code, _, err = run_cli(["plan", "-m", "qwen2.5-7b", "--lengths", "8192", "--device", "cpu", "--budget-gib",
-                            "10"], capsys)
-    assert code == 2 and "at batch size 1" in err and "the budget is 10737418240 bytes" in err
-    code, _, err = run_cli(["plan", "-m", "qwen2.5-7b", "--lengths", "8192", "--device", "cpu", "--budget-gib",
-                            "40", "--batch-size", "64"], capsys)
+    # `interp plan` answers with a row per length, fitting or not (stdout, exit 0), never an error
+    code, out, err = run_cli(["plan", "-m", "qwen2.5-7b", "--lengths", "4096,8192", "--device", "cpu", "--budget-gib",
+                              "10", "--json"], capsys)
+    assert code == 0, err
+    d = json.loads(out)
+    one = {t: memory.estimate("qwen2.5-7b", t, 1, "float32", "ablate") for t in (4096, 8192)}
+    assert [p["fits"] for p in d["plans"]] == [False, False] and d["fits"] is False and d["batch_size"] == 0
+    assert [p["peak"] for p in d["plans"]] == [one[4096].peak, one[8192].peak]  # what batch 1 needs
+    assert all(p["largest_batch"] == 0 for p in d["plans"])
+    code, out, err = run_cli(["plan", "-m", "qwen2.5-7b", "--lengths", "8192", "--device", "cpu", "--budget-gib",
+                              "40", "--batch-size", "64"], capsys)
     fits = memory.pick_batch_size(40 * 2 ** 30, "qwen2.5-7b", [8192], "float32")
-    one = memory.estimate("qwen2.5-7b", 8192, 1, "float32", "ablate")  # fp32: 28.4 GiB of weights
-    assert fits == (40 * 2 ** 30 - one.weights) // one.per_row and fits >= 2
-    assert code == 2 and "batch size 64" in err and f"The largest batch that fits: {fits}" in err
+    assert fits == (40 * 2 ** 30 - one[8192].weights) // one[8192].per_row and fits >= 2
+    flat = " ".join(out.split())
+    assert code == 0 and f"│ 8192 │ 64 │ no │ {fits} │" in flat and "another budget (--budget-gib)" in flat
+
+
+def test_plan_prints_the_rows_that_fit_and_those_that_do_not(capsys):
+    """The README's example: 8192 fits in the budget, 32768 does not; both rows are printed on stdout."""
+    budget = memory.estimate("qwen2.5-7b", 8192, 1, "bfloat16").peak + 2 ** 30  # batch 1 at 8K fits, 32K does not
+    code, out, err = run_cli(["plan", "-m", "qwen2.5-7b", "--lengths", "8192,32768", "--model-dtype", "bf16",
+                              "--device", "cpu", "--budget-gib", str(budget / 2 ** 30)], capsys)
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "│ 8192 │ 1 │ yes │ 1 │" in flat and "│ 32768 │ 1 │ no │ none (batch 1 does not fit) │" in flat
+    assert "note: 32768 tokens at batch 1 needs" in flat and "error" not in err
 
 
 def test_parts_follow_the_analysis():

@@ -134,3 +134,16 @@ def test_random_controls_are_distinct_sets_shown_with_their_heads(capsys, tmp_pa
     assert pooled["name"] == "random (mean of 3 sets)"
     assert pooled["estimates"]["recall"]["method"].startswith("two-level bootstrap over 3 sets")
     assert "sets held fixed" in res["target_vs_random"]["p_method"]
+
+
+def test_induction_table_shows_every_head_the_text_names(capsys, tmp_path):
+    """tiny-llama's previous-token heads L1H0/L1H1 rank below the top 12 by induction score; the line that names
+    them must not point at rows the table left out, and the title says how many rows are shown."""
+    from .helpers import run_cli
+
+    code, _, err = run_cli(["detect", "induction", "--model", "tiny-llama", "--seqs", "8", "--draws", "1", "--out",
+                            str(tmp_path / "i")], capsys)
+    assert code == 0, err
+    assert "previous-token heads: L1H0, L1H1" in err
+    assert "│ L1H0 │" in err and "│ L1H1 │" in err
+    assert "14 of 16 shown" in err

@@ -111,6 +111,12 @@ def test_a_moved_folder_still_renders_and_report_rebuilds_it(runs, tmp_path, cap
     assert (moved / "metric_by_condition.html").is_file() and check_page(render(moved / "index.html")) == []
     code, _, err = run_cli(["report", str(tmp_path)], capsys)
     assert code == 2 and "holds no interp result file" in err
+    # a glob over a parent folder (`interp report runs/*/`): folders without a result are skipped with a note
+    code, _, err = run_cli(["report", str(tmp_path / "elsewhere"), str(moved), str(tmp_path / "nope")], capsys)
+    flat = " ".join(err.split())
+    assert code == 0, err
+    assert f"note: skipped {tmp_path / 'elsewhere'} holds no interp result file" in flat
+    assert f"note: skipped {tmp_path / 'nope'}: no such run folder" in flat and str(moved / "index.html") in flat
 
 
 def test_the_browser_check_catches_a_broken_page(runs, tmp_path):

@@ -188,14 +188,21 @@ def report(dirs: list[str] = typer.Argument(..., help="Run folders (each with it
     from ..errors import InvalidInputError
     from ..report import RESULTS, write_report
 
-    for d in dirs:
+    skipped, done = [], []
+    for d in dirs:  # a glob (runs/*/) may match folders that are not runs: each is skipped with a note
         p = Path(d)
         if not p.is_dir():
-            raise InvalidInputError(f"{d}: no such run folder")
-        if not any((p / f"{stem}.json").is_file() for stem in RESULTS):
-            raise InvalidInputError(f"{d} holds no interp result file ({', '.join(s + '.json' for s in RESULTS)})")
-    for d in dirs:
-        console().print(f"{write_report(Path(d))}", highlight=False)
+            skipped.append(f"{d}: no such run folder")
+        elif not any((p / f"{stem}.json").is_file() for stem in RESULTS):
+            skipped.append(f"{d} holds no interp result file ({', '.join(s + '.json' for s in RESULTS)})")
+        else:
+            done.append(p)
+    if not done:
+        raise InvalidInputError("; ".join(skipped))
+    for note in skipped:
+        console().print(f"note: skipped {note}", highlight=False)
+    for p in done:
+        console().print(f"{write_report(p)}", highlight=False)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True,

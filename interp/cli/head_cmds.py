@@ -91,10 +91,14 @@ def _print_induction(d: dict, out) -> None:
     from rich.table import Table
 
     c = console()
-    t = Table(title=f"{d['model']}: heads by induction score ({d['n_seqs']} repeated sequences)")
+    named = set(d["induction_heads"]) | set(d["prev_token_heads"])  # every head the lines below name is shown
+    rows = [r for i, r in enumerate(d["ranked"]) if i < 12 or r["head"] in named]
+    n_all = len(d["ranked"])
+    shown = f"; {len(rows)} of {n_all} shown: the top 12 and every head named below" if len(rows) < n_all else ""
+    t = Table(title=f"{d['model']}: heads by induction score ({d['n_seqs']} repeated sequences{shown})")
     for col in ("head", "induction", "prev_token", "duplicate", "copying", f"copy_top_{d['config']['copy_k']}"):
         t.add_column(col, justify="right")
-    for r in d["ranked"][:12]:
+    for r in rows:
         t.add_row(r["head"], *(_fmt(r[k]) for k in ("induction", "prev_token", "duplicate", "copying", "copy_top_k")))
     c.print(t)
     for ls in d["losses"]:

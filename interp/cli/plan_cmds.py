@@ -35,9 +35,10 @@ def plan(model: Optional[str] = typer.Option(None, "--model", "-m", help="Alias 
                                                    "(default: float32 on CPU, bf16 on CUDA)."),
          as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout.")):
     """Estimate peak memory per prompt length (weights, KV cache, activations, logits, attention rows, clean
-    caches) from the config alone, and the batch size that fits; refuses when batch 1 does not fit."""
+    caches) from the config alone, and the largest batch that fits: one row per length, on stdout, whether
+    it fits the budget or not (a plan is an answer; each row says which)."""
     from ..loading import resolve_device
-    from ..memory import ANALYSES, SAFETY, default_budget, estimate, gib, pick_batch_size
+    from ..memory import ANALYSES, SAFETY, default_budget, estimate, gib
 
     from .app import _default_model
 
@@ -53,34 +54,48 @@ def plan(model: Optional[str] = typer.Option(None, "--model", "-m", help="Alias 
     kw = dict(new_tokens=new_tokens, sites=tuple(s.strip() for s in sites.split(",") if s.strip())
               if sites else None)
     given = batch_size != AUTO
-    picked = batch_size if given else pick_batch_size(budget, name, lens, dtype, analysis, max_batch, **kw)
-    plans = estimate(name, lens, picked, dtype, analysis, **kw)
+    ones = estimate(name, lens, 1, dtype, analysis, **kw)
+    largest = [0 if o.peak > budget else int(min((budget - o.weights) // o.per_row, max_batch)) for o in ones]
+    if given:
+        batches = [batch_size] * len(lens)
+    else:  # auto: each length's largest batch (batch 1 where even that does not fit, to show what it needs)
+        batches = [max(1, b) for b in largest]
+    plans = [estimate(name, t, b, dtype, analysis, **kw) for t, b in zip(lens, batches)]
+    fits = [p.peak <= budget for p in plans]
     worst = max(plans, key=lambda p: p.peak)
-    if worst.peak > budget:
-        raise InvalidInputError(f"batch size {picked} at {worst.length} tokens needs {worst.peak} bytes "
-                                f"({gib(worst.peak)}); the budget is {budget} bytes ({gib(budget)}). The largest "
-                                f"batch that fits: {pick_batch_size(budget, name, lens, dtype, analysis, **kw)}")
+    run_batch = batch_size if given else (min(largest) if all(largest) else 0)
+    budget_source = "--budget-gib" if budget_gib is not None else f"{SAFETY} x free memory of {dev}"
     result = {"model": name, "analysis": analysis, "dtype": worst.dtype, "device": str(dev), "budget": budget,
-              "budget_source": "--budget-gib" if budget_gib is not None else f"{SAFETY} x free memory of {dev}",
-              "batch_size": picked,
-              "batch_size_source": "--batch-size" if given else f"auto (at most --max-batch {max_batch})",
-              "n_params": worst.n_params, "plans": [p.to_dict() for p in plans]}
+              "budget_source": budget_source, "batch_size": run_batch,
+              "batch_size_source": "--batch-size" if given else f"auto (at most --max-batch {max_batch}; the largest "
+                                                                "that fits every length, 0 when one does not fit)",
+              "fits": all(fits), "n_params": worst.n_params,
+              "plans": [{**p.to_dict(), "batch_size": b, "fits": f, "largest_batch": m}
+                        for p, b, f, m in zip(plans, batches, fits, largest)]}
     if as_json:
         typer.echo(dumps(result, indent=2))
         return
     from rich.table import Table
 
-    from .common import console
+    from .common import stdout_console
 
-    t = Table(title=f"{name}: {analysis}, {worst.dtype}, batch {picked} "
-                    f"({'given' if given else 'auto'}), budget {gib(budget)}")
-    t.add_column("length")
+    out = stdout_console()
+    t = Table(title=f"{name}: {analysis}, {worst.dtype}, budget {gib(budget)} ({budget_source})")
+    for col in ("length", "batch", "fits", "largest batch"):
+        t.add_column(col, justify="right")
     for part in _PARTS:
         t.add_column(part, justify="right")
-    for p in plans:
+    for p, b, f, m in zip(plans, batches, fits, largest):
         d = p.to_dict()
-        t.add_row(str(p.length), *(gib(d[part]) for part in _PARTS))
-    console().print(t)
-    console().print(f"{worst.n_params:,} parameters; batch size {picked}", highlight=False)
+        t.add_row(str(p.length), str(b), "yes" if f else "no", str(m) if m else "none (batch 1 does not fit)",
+                  *(gib(d[part]) for part in _PARTS))
+    out.print(t)
+    out.print(f"{worst.n_params:,} parameters; batch size {'given' if given else 'auto'}: "
+              f"{run_batch if run_batch else 'none fits every length'}", highlight=False)
+    for p, f in zip(plans, fits):
+        if not f:
+            out.print(f"note: {p.length} tokens at batch {p.batch_size} needs {gib(p.peak)} (weights {gib(p.weights)}, "
+                      f"per row {gib(p.per_row)}), over the budget of {gib(budget)}: use a shorter length, a smaller "
+                      f"dtype (--model-dtype), a bigger device, or another budget (--budget-gib)", highlight=False)
     for note in dict.fromkeys(n for p in plans for n in p.notes):
-        console().print(f"note: {note}", highlight=False)
+        out.print(f"note: {note}", highlight=False)

@@ -57,7 +57,8 @@ class Controls:
 
     @property
     def pooled_name(self) -> str:
-        return f"random (mean of {len(self.conditions)} sets)"
+        k = len(self.conditions)
+        return f"random (mean of {k} set{'' if k == 1 else 's'})"
 
     def note(self) -> str | None:
         """Why there are fewer sets than asked, or None."""
