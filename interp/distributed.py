@@ -130,6 +130,10 @@ def replica_max_memory(max_memory: dict | None, gpus: list[int], free: dict[int,
 
 def finish() -> None:
     """Leave the process group (end of a CLI call), so every rank exits cleanly."""
+    import sys
+
+    if "torch.distributed" not in sys.modules:  # never imported: no process group (and no slow import now)
+        return
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():

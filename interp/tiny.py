@@ -7,8 +7,6 @@ about any mechanism.
 
 from __future__ import annotations
 
-import torch
-
 from .errors import InvalidInputError
 
 VOCAB = 96
@@ -58,6 +56,7 @@ GQA_FAMILIES = ("llama", "qwen2", "mistral", "gemma2", "gemma3", "olmo2")
 
 def tiny_random_hf(family: str, gqa: bool = False, seed: int = 0, attn_implementation: str | None = None):
     """A seeded random-weight HF model of `family` (float32, eval mode)."""
+    import torch
     import transformers as tf
 
     from .adapters import adapter_class

@@ -25,13 +25,16 @@ def _version(value: bool):
 def _quiet(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
                                         help="Print interp's version and exit.")):
     """Mechanistic interpretability of open-weight language models."""
-    try:
-        from transformers.utils import logging as hf_logging
+    import os
+    import sys
 
-        hf_logging.disable_progress_bar()
-        hf_logging.set_verbosity_error()
-    except ImportError:
-        pass
+    if "transformers" not in sys.modules:  # read when transformers is imported: no import here (a fast start)
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        return
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
 
 ModelOpt = typer.Option(None, "--model", "-m", help="Alias (see `interp models`), local checkpoint dir, .gguf file, "
                         "or Hub id. Default: the bundled default model.")
@@ -39,7 +42,7 @@ JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout
 
 
 def _default_model() -> str:
-    from ..loading import DEFAULT_MODEL, bundled_models
+    from ..catalog import DEFAULT_MODEL, bundled_models
 
     if DEFAULT_MODEL in bundled_models():
         return DEFAULT_MODEL
@@ -58,7 +61,7 @@ def models(ctx: typer.Context, as_json: bool = JsonOpt):
         return
     from dataclasses import asdict
 
-    from ..loading import list_models
+    from ..catalog import list_models
 
     entries = list_models()
     if as_json:
