@@ -8,6 +8,18 @@ from collections import Counter
 from .plotting import reads_result
 
 
+def _mean(xs) -> float:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def _flat(grid):
+    """The leaves of a nested list."""
+    if isinstance(grid, list):
+        return [y for x in grid for y in _flat(x)]
+    return [grid]
+
+
 def _nan(grid):
     if isinstance(grid, list):
         return [_nan(x) for x in grid]
@@ -36,19 +48,25 @@ def patching_heatmaps(result: dict) -> dict:
     figs = {}
     norm = result["normalized"]
     rng = {"zmin": -1, "zmax": 1} if norm else {}
-    what = (f"normalised {result['metric']} ((patched - base) / (donor - base))" if norm else result["metric"])
+    what = (f"normalised {result['metric']} ((patched - base) / (donor - base))" if norm else
+            f"patched {result['metric']} (raw; unpatched base {_mean(result['base_value']):+.3f})")
+    bar = {"title": "effect" if norm else f"patched {result['metric']}"}
     for name, g in result["sites"].items():
         z = _nan(g["mean"])
         axes = g["axes"]
-        title = f"{result['direction']} patching of {name}, {result['model']}: {what}, mean over {result['n_pairs']} pairs"
+        n = [int(x) for x in _flat(g["n_pairs"]) if x is not None and x == x and x > 0]
+        over = (f"mean over {max(n)} pairs" if n and min(n) == max(n) else
+                f"mean over the pairs that have each cell ({min(n)}-{max(n)} of {result['n_pairs']})" if n else
+                "no pair has these cells")
+        title = f"{result['direction']} patching of {name}, {result['model']}: {what}, {over}"
         if axes == ["layer", "position"]:
             x = _position_labels(result, g["positions"])
-            fig = go.Figure(go.Heatmap(z=z, x=x, colorscale="RdBu", zmid=0, **rng, colorbar={"title": "effect"},
+            fig = go.Figure(go.Heatmap(z=z, x=x, colorscale="RdBu", zmid=0, **rng, colorbar=bar,
                                        hovertemplate="layer %{y}, position %{x}: %{z:.3f}<extra></extra>"))
             fig.update_layout(xaxis_title=f"position ({result['align']}-aligned) and clean token", yaxis_title="layer",
                               yaxis_dtick=1)
         elif axes in (["layer", "head"], ["layer", "kv_head"]):
-            fig = go.Figure(go.Heatmap(z=z, colorscale="RdBu", zmid=0, **rng, colorbar={"title": "effect"},
+            fig = go.Figure(go.Heatmap(z=z, colorscale="RdBu", zmid=0, **rng, colorbar=bar,
                                        hovertemplate="layer %{y} head %{x}: %{z:.3f}<extra></extra>"))
             fig.update_layout(xaxis_title="key-value head" if axes[1] == "kv_head" else "query head",
                               yaxis_title="layer", xaxis_dtick=1, yaxis_dtick=1)
@@ -58,7 +76,7 @@ def patching_heatmaps(result: dict) -> dict:
             flat = [[z[l][p][h] for l in range(L) for h in range(H)] for p in range(P)]
             fig = go.Figure(go.Heatmap(z=flat, x=[f"L{l}H{h}" for l in range(L) for h in range(H)],
                                        y=_position_labels(result, g["positions"]), colorscale="RdBu", zmid=0, **rng,
-                                       colorbar={"title": "effect"},
+                                       colorbar=bar,
                                        hovertemplate="%{x}, position %{y}: %{z:.3f}<extra></extra>"))
             fig.update_layout(xaxis_title="head", yaxis_title="position")
         fig.update_layout(title=title)

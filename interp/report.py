@@ -86,7 +86,11 @@ def headline(stem: str, d: dict, df):
         df = df[df["quantity"] == q].sort_values("value", ascending=False, key=abs).head(HEADLINE_ROWS)
     elif "mean" in df.columns and "condition" not in df.columns and len(df) > HEADLINE_ROWS:  # grid cells
         by = [c for c in ("site", "sender") if c in df.columns]
-        top = df.sort_values("mean", ascending=False, key=abs)
+        key = "effect" if "effect" in df.columns else "mean"  # patching: the effect, patched - base
+        if "n_pairs" in df.columns:  # cells every pair has (the others: in the CSV, with their n)
+            full = df.groupby(by)["n_pairs"].transform("max") if by else df["n_pairs"].max()
+            df = df[df["n_pairs"] == full]
+        top = df.sort_values(key, ascending=False, key=abs)
         df = top.groupby(by, sort=False).head(HEADLINE_ROWS) if by else top.head(HEADLINE_ROWS)
     elif "metric" in df.columns and isinstance(d.get("metric"), str) and (df["metric"] == d["metric"]).any():
         df = df[df["metric"] == d["metric"]]

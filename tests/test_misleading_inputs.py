@@ -147,3 +147,61 @@ def test_induction_table_shows_every_head_the_text_names(capsys, tmp_path):
     assert "previous-token heads: L1H0, L1H1" in err
     assert "│ L1H0 │" in err and "│ L1H1 │" in err
     assert "14 of 16 shown" in err
+
+
+def test_messages_say_what_is_true(capsys, tmp_path):
+    """An organism with --needles standard was trained on the synthetic corpus (the note must not say otherwise);
+    a multi-token logit_diff answer names how this model's tokenizer splits it and offers --metric logprob."""
+    from .helpers import run_cli
+
+    code, _, err = run_cli(["detect", "retrieval", "--model", "tiny-qwen2", "--needles", "standard", *GRID, "--out",
+                            str(tmp_path / "d")], capsys)
+    assert code == 0, err
+    assert "tiny-qwen2 was trained on this corpus (an organism)" in err and "was not trained" not in err
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"prompt": "The capital of France is", "answer": " Parisian capital", "wrong": " Rome"}\n')
+    code, _, err = run_cli(["ablate", "--model", "tiny-qwen2", "--heads", "L2H4", "--prompts", str(f), "--out",
+                            str(tmp_path / "a")], capsys)
+    assert code == 2
+    assert "for this model's tokenizer (" in err and "['" in err and "--metric logprob" in err
+
+
+def test_patching_headline_ranks_effects_over_cells_every_pair_has(capsys, tmp_path):
+    """Raw noising patching on pairs of different lengths: the printed top cells (and the report's table) rank
+    |patched - base| over the cells all pairs have, not raw values of end-aligned cells that only some pairs
+    have (where nothing changes); the figure title says what is averaged."""
+    import re
+
+    import numpy as np
+
+    from .helpers import run_cli
+
+    f = tmp_path / "pairs.jsonl"
+    rows = [("The secret code of the green lantern is {}. What is the secret code of the green lantern? It is",
+             " Oscar", " Victor"),
+            ("The red door has the number {} in the old town. The number of the red door is", " seven", " three"),
+            ("Note: the colour of the box is {}, keep it safe. The colour of the box is", " green", " blue")]
+    f.write_text("".join(json.dumps({"clean": t.format(a.strip()), "corrupt": t.format(w.strip()), "answer": a,
+                                     "wrong": w}) + "\n" for t, a, w in rows))
+    o = tmp_path / "p"
+    code, _, err = run_cli(["patch", "--model", "tiny-llama", "--pairs", str(f), "--site", "resid_pre",
+                            "--direction", "noising", "--raw", "--out", str(o)], capsys)
+    assert code == 0, err
+    d = json.loads((o / "patching.json").read_text())
+    g = d["sites"]["resid_pre"]
+    per = np.array(g["per_pair"], dtype=float) - np.array(d["base_value"])[:, None, None]  # independent: by hand
+    n = (~np.isnan(per)).sum(0)
+    assert n.min() < 3 == n.max()  # the end-aligned early positions exist in only some pairs
+    eff = np.where(n == 3, np.nanmean(per, 0), np.nan)
+    layer, pos = np.unravel_index(np.nanargmax(np.abs(eff)), eff.shape)
+    flat = " ".join(err.split())  # the console wraps long lines
+    first = re.search(r"resid_pre top cells by \|effect \(patched - base logit_diff\)\|, mean over 3 pairs: "
+                      r"L(\d+) pos (-?\d+): ([+-][\d.]+)", flat)
+    assert (int(first.group(1)), int(first.group(2))) == (layer, g["positions"][pos])
+    assert float(first.group(3)) == pytest.approx(eff[layer, pos], abs=1e-3) and abs(eff[layer, pos]) > 1
+    assert "cells that fewer pairs have are not ranked" in flat
+    # the report's table: the same ranking; the heatmap's title says the mean is over the pairs that have each cell
+    page = (o / "index.html").read_text()
+    assert f"{abs(eff[layer, pos]):.3f}"[:4] in page
+    fig = next(o.glob("*resid_pre*.html")).read_text()
+    assert "pairs that have each cell" in fig

@@ -184,9 +184,13 @@ def note_niah(m, niah) -> None:
     """One note line when the corpus haystack stands in for real text (standard needles, no --haystack);
     called after the prompts are built, so a refused run prints only its error."""
     if niah.haystack_fallback:
-        console().print(f"note: the NIAH haystack is interp's synthetic corpus, an offline fallback ({m.name} was not "
-                        f"trained on it; needles: {niah.needles}): pass --haystack FILE or a directory of .txt files "
-                        "for real long text", highlight=False, soft_wrap=True)
+        from ..tasks.niah import trained_on_corpus
+
+        seen = (f"{m.name} was trained on this corpus (an organism), with the standard needles in it" if
+                trained_on_corpus(m) else f"{m.name} was not trained on it; needles: {niah.needles}")
+        console().print(f"note: the NIAH haystack is interp's synthetic corpus, an offline fallback ({seen}): pass "
+                        "--haystack FILE or a directory of .txt files for real long text", highlight=False,
+                        soft_wrap=True)
 
 
 RUN_MARKER = "run.json"  # written last into every run folder: the command, the files, when it finished

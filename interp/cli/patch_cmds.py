@@ -159,19 +159,26 @@ def _print(d: dict, out) -> None:
     base, donor = np.mean(d["base_value"]), np.mean(d["donor_value"])
     c.print(f"unpatched {d['metric']}: base {base:+.3f}, donor {donor:+.3f}"
             + (f"; {len(d['excluded_pairs'])} pairs with donor ~ base left out" if d["excluded_pairs"] else ""))
+    from ..patching.run import site_effect
+
+    what = "normalised effect" if d["normalized"] else f"effect (patched - base {d['metric']})"
     for name, g in d["sites"].items():
-        z = np.array([np.nan if v is None else v for v in np.ravel(np.array(g["mean"], dtype=object))], dtype=float)
-        shape = np.array(g["mean"], dtype=object).shape
-        top = np.argsort(-np.nan_to_num(z, nan=-np.inf))[:5]
+        effect, n = site_effect(d, name)
+        full = n == n.max()  # cells every counted pair has; the others are left out of the headline
+        z = np.where(full, np.abs(effect), np.nan).ravel()
+        top = [i for i in np.argsort(-np.nan_to_num(z, nan=-np.inf))[:5] if not np.isnan(z[i])]
         cells = []
         for i in top:
-            idx = np.unravel_index(i, shape)
+            idx = np.unravel_index(i, effect.shape)
             lab = []
             for ax, j in zip(g["axes"], idx):
                 lab.append(f"L{j}" if ax == "layer" else f"pos {g['positions'][j]}" if ax == "position"
                            else f"KV{j}" if ax == "kv_head" else f"H{j}")
-            cells.append(f"{' '.join(lab)}: {z[i]:+.3f}")
-        c.print(f"{name} top cells: " + "; ".join(cells))
+            cells.append(f"{' '.join(lab)}: {effect[idx]:+.3f}")
+        partial = int(((n > 0) & ~full).sum())
+        c.print(f"{name} top cells by |{what}|, mean over {int(n.max())} pairs: " + "; ".join(cells)
+                + (f" ({partial} cells that fewer pairs have are not ranked; the CSV has their n_pairs)"
+                   if partial else ""), highlight=False)
         v = (d.get("verification") or {}).get(name)
         if v:
             def f(x):

@@ -347,15 +347,29 @@ class PromptTask(Task):
                 else "user callable on logits"}
 
 
-def _check_item(it: PromptItem, metric: str) -> None:
+def token_split(tokenizer, ids) -> str:
+    """"this model's tokenizer (NAME): ['▁Par', 'is']": how a tokenizer splits an answer, for error messages."""
+    if tokenizer is None:
+        return "this model's tokenizer"
+    name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+    try:
+        pieces = tokenizer.convert_ids_to_tokens(list(ids))
+    except Exception:
+        pieces = list(ids)
+    return f"this model's tokenizer ({name}): {pieces}"
+
+
+def _check_item(it: PromptItem, metric: str, tokenizer=None) -> None:
     where = f"{it.source}: " if it.source else ""
     if metric == "logit_diff":
         for field, ids in (("answer", it.answer_ids), ("wrong", it.wrong_ids)):
             if not ids:
                 raise InvalidInputError(f"{where}metric logit_diff needs a non-empty {field!r} field")
             if len(ids) != 1:
-                raise InvalidInputError(f"{where}{field} {getattr(it, field)!r} is {len(ids)} tokens; logit_diff "
-                                        "compares single tokens (e.g. ' Paris' with a leading space)")
+                raise InvalidInputError(f"{where}{field} {getattr(it, field)!r} is {len(ids)} tokens for "
+                                        f"{token_split(tokenizer, ids)}; logit_diff compares one answer token with "
+                                        "one wrong token: give one-token answers, or use --metric logprob (the "
+                                        "log-probability of every answer token)")
     if metric == "logprob" and not it.answer_ids:
         raise InvalidInputError(f"{where}metric logprob needs a non-empty 'answer' field")
     if metric == "loss" and not it.answer_ids and len(it.ids) < 2:
@@ -392,7 +406,7 @@ def read_prompts(path: str | Path, tokenizer, metric: str = "logit_diff") -> lis
     if not items:
         raise InvalidInputError(f"prompts file {path} has no prompts")
     for it in items:
-        _check_item(it, metric)
+        _check_item(it, metric, tokenizer)
     return items
 
 

@@ -43,8 +43,11 @@ class PatchPair:
 def _single(tok, text: str, where: str, field: str) -> int:
     ids = tok(text, add_special_tokens=False)["input_ids"]
     if len(ids) != 1:
-        raise InvalidInputError(f"{where}: {field} {text!r} is {len(ids)} tokens; the metric compares single tokens "
-                                "(e.g. ' Paris' with its leading space)")
+        from ..experiments.tasks import token_split
+
+        raise InvalidInputError(f"{where}: {field} {text!r} is {len(ids)} tokens for {token_split(tok, ids)}; the "
+                                "patching metric (logit difference) compares one answer token with one wrong token: "
+                                "give one-token answers")
     return int(ids[0])
 
 

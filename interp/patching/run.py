@@ -121,20 +121,40 @@ class PatchingResult:
         return asdict(self)
 
     def to_frame(self):
-        """One row per (site, cell): the axes' values, mean, lo, hi, n_pairs."""
+        """One row per (site, cell): the axes' values, mean, lo, hi, n_pairs, and `effect` (the mean patching
+        effect, patched minus base: `site_effect`)."""
         import pandas as pd
 
+        d = self.to_dict()
         recs = []
         for name, g in self.sites.items():
             g = g if isinstance(g, SiteGrid) else SiteGrid(**g)
             mean, lo, hi, n = (np.asarray(x, dtype=float) for x in (g.mean, g.lo, g.hi, g.n_pairs))
+            effect, _ = site_effect(d, name)
             for idx in np.ndindex(mean.shape):
                 rec = {"model": self.model, "site": name, "metric": self.metric, "normalized": self.normalized}
                 for ax, i in zip(g.axes, idx):
                     rec[ax] = g.positions[i] if ax == "position" else i
-                rec.update(mean=mean[idx], lo=lo[idx], hi=hi[idx], n_pairs=int(n[idx]))
+                rec.update(mean=mean[idx], lo=lo[idx], hi=hi[idx], n_pairs=int(n[idx]), effect=effect[idx])
                 recs.append(rec)
         return pd.DataFrame.from_records(recs)
+
+
+def site_effect(result: dict, site: str) -> tuple[np.ndarray, np.ndarray]:
+    """(effect, n) per cell of `site` in a patching result dict: the mean over the pairs that have the cell of
+    the patching effect, patched minus base (the normalised value as it is, since it is already relative to the
+    base: (patched - base) / (donor - base); for --raw, the raw patched metric minus each pair's base value), and
+    how many pairs that is. NaN where no pair has the cell. A summary ranks cells by |effect|: a raw grid's
+    largest values are often cells where nothing changed."""
+    g = result["sites"][site]
+    per = np.array(g["per_pair"], dtype=float)  # [pair, ...axes], NaN where the pair lacks the cell
+    if not result["normalized"]:
+        base = np.asarray(result["base_value"], dtype=float)
+        per = per - base.reshape((-1,) + (1,) * (per.ndim - 1))
+    n = np.sum(~np.isnan(per), axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        effect = np.where(n > 0, np.nansum(per, axis=0) / np.maximum(n, 1), np.nan)
+    return effect, n
 
 
 def _shape(model, site: str, n_pos: int) -> tuple[int, ...]:
