@@ -77,7 +77,7 @@ def test_one_meaning_per_option_name():
     ("--texts", "--n-texts", ["rope-profile"]), ("--tokens", "--n-tokens", ["rope-profile"]),
     ("--seeds", "--n-seeds", ["detect", "retrieval"]), ("--seeds", "--n-seeds", ["patch"]),
     ("--dtype", "--model-dtype", ["ablate"]), ("--dtype", "--store-dtype", ["cache"]),
-    ("--lengths", "--copy-lengths", ["detect", "induction"]),
+    ("--lengths", "--copy-lengths", ["detect", "induction"]), ("--seqs", "--n-seqs", ["detect", "induction"]),
 ])
 def test_old_option_names_still_work_hidden_with_a_deprecation_note(old, new, cmd, capsys, tmp_path):
     code, out, _ = run_cli(cmd + ["-h"], capsys)

@@ -371,7 +371,7 @@ def test_every_cli_result_writes_a_tidy_csv(tmp_path, capsys):
     import pandas as pd
 
     o = tmp_path / "ind"
-    code, _, err = run_cli(["detect", "induction", "-m", "tiny-random-gpt2", "--copy-lengths", "6", "--seqs", "3",
+    code, _, err = run_cli(["detect", "induction", "-m", "tiny-random-gpt2", "--copy-lengths", "6", "--n-seqs", "3",
                             "--heads", "L1H1", "--draws", "1", "--copy-tokens", "40", "--n-boot", "100",
                             "--out", str(o)], capsys)
     assert code == 0, err

@@ -203,7 +203,7 @@ def test_cli_induction_writes_results(tmp_path, capsys):
     import json
 
     o = tmp_path / "o"
-    code, out, err = run_cli(["detect", "induction", "-m", "tiny-random-gpt2", "--copy-lengths", "6", "--seqs", "3",
+    code, out, err = run_cli(["detect", "induction", "-m", "tiny-random-gpt2", "--copy-lengths", "6", "--n-seqs", "3",
                            "--heads", "L1H1", "--draws", "1", "--copy-tokens", "40", "--n-boot", "100", "--json",
                            "--out", str(o)], capsys)
     assert code == 0, err

@@ -141,7 +141,7 @@ def test_induction_table_shows_every_head_the_text_names(capsys, tmp_path):
     them must not point at rows the table left out, and the title says how many rows are shown."""
     from .helpers import run_cli
 
-    code, _, err = run_cli(["detect", "induction", "--model", "tiny-llama", "--seqs", "8", "--draws", "1", "--out",
+    code, _, err = run_cli(["detect", "induction", "--model", "tiny-llama", "--n-seqs", "8", "--draws", "1", "--out",
                             str(tmp_path / "i")], capsys)
     assert code == 0, err
     assert "previous-token heads: L1H0, L1H1" in err

@@ -277,7 +277,7 @@ def test_gemma3_induction_info_and_theta_per_head_offline(monkeypatch, tmp_path,
     code, out, err = run_cli(["info", "--model", "gemma3-270m"], capsys)
     assert code == 0, err
     assert "full_attention x3: layers 5, 11, 17" in " ".join(out.split())
-    code, out, err = run_cli(["detect", "induction", "--model", "gemma3-270m", "--copy-lengths", "20", "--seqs", "4",
+    code, out, err = run_cli(["detect", "induction", "--model", "gemma3-270m", "--copy-lengths", "20", "--n-seqs", "4",
                               "--copy-tokens", "64", "--draws", "2", "--out", str(tmp_path / "ind")], capsys)
     assert code == 0, err
     ind = json.loads((tmp_path / "ind" / "induction.json").read_text())

@@ -19,7 +19,7 @@ RUNS = {  # one small run per command (and per patching method)
     "rope-zero": ["rope-zero", "-m", "tiny-qwen2", "--heads", "L2H4", "--lengths", "256", "--depths", "0.5",
                   "--n-seeds", "2", "--dims", "0,8", "--random-draws", "1", "--head-draws", "1"],
     "rope-profile": ["rope-profile", "-m", "tiny-qwen2", "--heads", "L2H4", "--n-texts", "2", "--n-tokens", "64"],
-    "induction": ["detect", "induction", "-m", "tiny-random-gpt2", "--copy-lengths", "6", "--seqs", "3", "--heads",
+    "induction": ["detect", "induction", "-m", "tiny-random-gpt2", "--copy-lengths", "6", "--n-seqs", "3", "--heads",
                   "L1H1", "--draws", "1", "--copy-tokens", "40", "--n-boot", "100"],
     "copy-suppression": ["detect", "copy-suppression", "-m", "tiny-qwen2", "--n-texts", "4", "--seq-len", "32",
                          "--circuit-tokens", "64", "--candidates", "1", "--n-boot", "50"],

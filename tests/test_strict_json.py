@@ -32,7 +32,7 @@ def test_strict_replaces_non_finite_numbers_and_names_them():
     # masking the retrieval heads takes recall 1 -> 0 on every prompt: d_z = -inf
     ["ablate", "-m", "tiny-qwen2", "--heads", "L2H4,L2H5,L2H6,L2H7", "--lengths", "256", "--depths", "0.5",
      "--n-seeds", "2", "--draws", "1"],
-    ["detect", "induction", "-m", "tiny-random-gpt2", "--copy-lengths", "6", "--seqs", "3", "--heads", "L1H1",
+    ["detect", "induction", "-m", "tiny-random-gpt2", "--copy-lengths", "6", "--n-seqs", "3", "--heads", "L1H1",
      "--draws", "1", "--copy-tokens", "40", "--n-boot", "100"],
     ["patch", "-m", "tiny-llama", "--task", "repeated", "--n-seeds", "3", "--copy-length", "6", "--site",
      "resid_pre", "--n-boot", "50"],

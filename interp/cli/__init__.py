@@ -22,7 +22,7 @@ RENAMED = {
        ("detect retrieval", "ablate", "patch", "rope-zero", "rope-profile")},
     "rope-profile": {"--dtype": "--model-dtype", "--seeds": "--n-seeds", "--texts": "--n-texts",
                      "--tokens": "--n-tokens"},
-    "detect induction": {"--dtype": "--model-dtype", "--lengths": "--copy-lengths"},
+    "detect induction": {"--dtype": "--model-dtype", "--lengths": "--copy-lengths", "--seqs": "--n-seqs"},
     "cache": {"--dtype": "--store-dtype"},
 }
 

@@ -13,7 +13,7 @@ EXAMPLES = {
                          "interp detect retrieval --haystack essay.txt --needles needles.jsonl --n-seeds 8",
                          "interp detect retrieval --model qwen2.5-7b --haystack essays/ --lengths 4096,8192",
                          "interp detect retrieval --needles repeat-the-needle.jsonl --score-norm needle"],
-    "detect induction": ["interp detect induction --model tiny-llama --copy-lengths 50 --seqs 32",
+    "detect induction": ["interp detect induction --model tiny-llama --copy-lengths 50 --n-seqs 32",
                          "interp detect induction --model tiny-gpt2 --sweep --out runs/ind"],
     "detect copy-suppression": ["interp detect copy-suppression --model tiny-qwen2 --n-texts 64 --seq-len 128",
                                 "interp detect copy-suppression --texts docs.txt --candidates 3"],

@@ -51,7 +51,7 @@ def _fmt(v, spec=".3f"):
 @detect_app.command("induction")
 def detect_induction(model: Optional[str] = MODEL,
                      lengths: str = typer.Option("50", "--copy-lengths", help="Tokens per copy, comma-separated."),
-                     seqs: int = typer.Option(32, "--seqs", min=2, help="Repeated sequences per length."),
+                     seqs: int = typer.Option(32, "--n-seqs", min=2, help="Repeated sequences per length."),
                      tokens: str = typer.Option("auto", "--tokens", help="Token pool (random sequences, OV circuit): "
                                                 "corpus (ids seen in held-out corpus text) | vocab (all but special "
                                                 "tokens) | auto (corpus when the model has a tokenizer)."),

@@ -8,9 +8,13 @@ import typer
 
 from ..errors import InvalidInputError
 from .common import dumps, final_path, parse_ints, progress_bar, write_result
-from .retrieval_cmds import REVISION, DEVICE_MAP, MAX_MEMORY, DEVICE, DTYPE, JSON, MODEL, OUT, OVERWRITE, open_run
+from .retrieval_cmds import REVISION, DEVICE_MAP, DEVICE, DTYPE, JSON, MODEL, OUT, OVERWRITE, open_run
 
 TASKS = ("niah", "repeated", "ioi")
+
+
+PATCH_MAX_MEMORY = typer.Option(None, "--max-memory", help="Memory per device with --device-map, e.g. "
+                                "0=20GiB,1=20GiB,cpu=60GiB: accelerate's placement limits.")
 
 
 def _pairs(m, pairs_file, task, lengths, depths, seeds, copy_length, seed, n_pairs=32):
@@ -79,7 +83,7 @@ def patch(model: Optional[str] = MODEL,
           verify_sample: int = typer.Option(20, "--verify-sample", min=0, help="atp*: ... and of this many random other "
                                             "cells."),
           device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, device_map: Optional[str] = DEVICE_MAP,
-          max_memory: Optional[str] = MAX_MEMORY, model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
+          max_memory: Optional[str] = PATCH_MAX_MEMORY, model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
           overwrite: bool = OVERWRITE, as_json: bool = JSON, csv: bool = typer.Option(False, "--csv", help="Print the tidy table on stdout.")):
     """Activation patching: every cell of the grid, many cells per forward pass (equal to one pass per cell)."""
     from ..patching import PatchingConfig, run_patching
@@ -157,7 +161,9 @@ def _print(d: dict, out) -> None:
     c.print(f"[bold]{d['model']}[/]: {d['direction']} patching, {d['n_pairs']} pairs, {how}; "
             f"{'normalised ' if d['normalized'] else ''}{d['metric']}")
     base, donor = np.mean(d["base_value"]), np.mean(d["donor_value"])
-    c.print(f"unpatched {d['metric']}: base {base:+.3f}, donor {donor:+.3f}"
+    runs = ("corrupt", "clean") if d["direction"] == "denoising" else ("clean", "corrupt")  # base, donor
+    c.print(f"unpatched {d['metric']}: base (the {runs[0]} run, patched into) {base:+.3f}, donor (the {runs[1]} "
+            f"run, patched from) {donor:+.3f}"
             + (f"; {len(d['excluded_pairs'])} pairs with donor ~ base left out" if d["excluded_pairs"] else ""))
     from ..patching.run import site_effect
 
