@@ -103,7 +103,10 @@ def patch(model: Optional[str] = MODEL,
                      receivers, via, out, overwrite, as_json, n_pairs)
     o, m = open_run("patch", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed, n_pairs)
-    prog, advance = progress_bar(None, "patching rows")
+    from ..patching.run import planned_rows
+
+    total, what = (planned_rows(m, ps, cfg), "patching rows") if method == "exact" else (len(cfg.sites), f"{method} sites")
+    prog, advance = progress_bar(total, what)
     with prog:
         if method == "exact":
             res = run_patching(m, ps, cfg, progress=advance)

@@ -202,8 +202,12 @@ def resolve_target_heads(heads: str, m, niah, threshold: float, from_dir, batch_
     """--heads through the library's resolve_heads; a retrieval detection run now is written into `o`."""
     from ..experiments import resolve_heads
 
-    sel = resolve_heads(heads, m, niah=niah, threshold=threshold, from_dir=from_dir, batch_size=batch_size,
-                        seed=seed, n_heads=n_heads)
+    detecting = heads == "retrieval" and not from_dir
+    total = len(niah.context_lengths) * len(niah.depths) * niah.n_seeds if detecting else None
+    prog, advance = progress_bar(total, "retrieval detection")  # shown only when a detection runs
+    with prog:
+        sel = resolve_heads(heads, m, niah=niah, threshold=threshold, from_dir=from_dir, batch_size=batch_size,
+                            seed=seed, n_heads=n_heads, progress=advance if detecting else None)
     if sel.detector_samples is not None:
         from .common import console
 

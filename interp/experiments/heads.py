@@ -75,11 +75,13 @@ def _score_norm(d: dict) -> str | None:
 
 
 def resolve_heads(spec_text: str | Sequence, model, *, niah=None, threshold: float = 0.1, from_dir: str | None = None,
-                  batch_size: int = 8, seed: int = 0, n_heads: int | None = None, induction=None) -> HeadSelection:
+                  batch_size: int = 8, seed: int = 0, n_heads: int | None = None, induction=None,
+                  progress=None) -> HeadSelection:
     """Turn a head specification into heads, with where they came from.
 
     "retrieval": the retrieval heads of `from_dir`/retrieval.json, or detected now on `niah`
-    (a NiahConfig; default grid) with `threshold`. "induction": `from_dir`/induction.json's
+    (a NiahConfig; default grid) with `threshold` (`progress(n)`: advanced per detection prompt).
+    "induction": `from_dir`/induction.json's
     induction heads, or detected now (`induction`: an InductionConfig; default: the default
     repeated-token task, without its causal check). "random": `n_heads` heads
     (default a tenth of all) drawn with `seed`. A path: a text file of ids or a result JSON.
@@ -102,7 +104,7 @@ def resolve_heads(spec_text: str | Sequence, model, *, niah=None, threshold: flo
         niah = resolve_niah(model, niah)  # the default grid; the needles for this model
         samples = build_niah(model.tokenizer, niah)
         res = detect_retrieval_heads(model, RetrievalConfig(niah=niah, threshold=threshold, batch_size=batch_size),
-                                     samples=samples)
+                                     samples=samples, progress=progress)
         return HeadSelection(res.head_ids(), f"retrieval (detected, threshold {threshold})",
                              {"threshold": threshold, "n_heads": len(res.heads),
                               "baseline_recall": res.baseline_recall}, res, samples)

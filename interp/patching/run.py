@@ -238,17 +238,8 @@ def _check_pairs(model, pairs) -> None:
                 raise InvalidInputError(f"{p.source}: token id {t} is outside the vocabulary 0..{model.spec.d_vocab - 1}")
 
 
-def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | None = None,
-                 progress: Callable[[int], None] | None = None) -> PatchingResult:
-    """Patch every cell of every `config.sites` grid (see the module docstring)."""
-    from .. import stats
-    from ..provenance import provenance
-
-    config = config or PatchingConfig()
-    pairs = list(pairs)
-    _check_pairs(model, pairs)
-    spec = model.spec
-    base_seqs, donor_seqs, lengths, T = sides(pairs, config.direction)
+def _position_axis(pairs, config, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(anchors, labels): each pair's anchor token (its length when end-aligned) and the position axis."""
     if config.align == "anchor":
         missing = [p.source or str(i) for i, p in enumerate(pairs) if p.anchor is None]
         if missing:
@@ -264,6 +255,40 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
             raise InvalidInputError(f"positions {bad or want} are not on the position axis {int(labels[0])}.."
                                     f"{int(labels[-1])} ({config.align}-aligned)")
         labels = np.array(want)
+    return anchors, labels
+
+
+def _rows(model, site: str, config, lengths, anchors, labels):
+    """`_enumerate`'s rows of `site`, kept to `config.cells` when it names some."""
+    row_pair, row_cell, row_k = _enumerate(model, site, lengths, anchors, labels)
+    if config.cells is not None:
+        want = {tuple(int(i) for i in c) for c in config.cells.get(site, ())}
+        keep = np.array([tuple(c) in want for c in row_cell.tolist()], dtype=bool)
+        row_pair, row_cell, row_k = row_pair[keep], row_cell[keep], row_k[keep]
+    return row_pair, row_cell, row_k
+
+
+def planned_rows(model, pairs: Sequence[PatchPair], config: PatchingConfig | None = None) -> int:
+    """How many (pair, cell) rows `run_patching` will evaluate: the total of its progress bar."""
+    config = config or PatchingConfig()
+    pairs = list(pairs)
+    lengths = sides(pairs, config.direction)[2]
+    anchors, labels = _position_axis(pairs, config, lengths)
+    return int(sum(len(_rows(model, s, config, lengths, anchors, labels)[0]) for s in config.sites))
+
+
+def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | None = None,
+                 progress: Callable[[int], None] | None = None) -> PatchingResult:
+    """Patch every cell of every `config.sites` grid (see the module docstring)."""
+    from .. import stats
+    from ..provenance import provenance
+
+    config = config or PatchingConfig()
+    pairs = list(pairs)
+    _check_pairs(model, pairs)
+    spec = model.spec
+    base_seqs, donor_seqs, lengths, T = sides(pairs, config.direction)
+    anchors, labels = _position_axis(pairs, config, lengths)
     donor_batch = model.pad(donor_seqs)
     reuse = config.reuse_prefix and any("position" in GRID_SITES[s][1] for s in config.sites)
     with torch.no_grad():
@@ -281,11 +306,7 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
     grids = {}
     for site in config.sites:
         kind, axes = GRID_SITES[site]
-        row_pair, row_cell, row_k = _enumerate(model, site, lengths, anchors, labels)
-        if config.cells is not None:
-            want = {tuple(int(i) for i in c) for c in config.cells.get(site, ())}
-            keep = np.array([tuple(c) in want for c in row_cell.tolist()], dtype=bool)
-            row_pair, row_cell, row_k = row_pair[keep], row_cell[keep], row_k[keep]
+        row_pair, row_cell, row_k = _rows(model, site, config, lengths, anchors, labels)
         order = np.argsort(lengths[row_pair], kind="stable")
         row_pair, row_cell, row_k = row_pair[order], row_cell[order], row_k[order]
         raw = np.full(len(row_pair), np.nan)
