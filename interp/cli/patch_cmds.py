@@ -63,9 +63,13 @@ def patch(model: Optional[str] = MODEL,
                                                   "-1 or -3,-2,-1 (default: all)."),
           max_batch: Optional[int] = typer.Option(None, "--max-batch", min=1, help="(pair, cell) rows per forward pass "
                                                   "(default: about 16k tokens per pass)."),
-          lengths: str = typer.Option("256", "--lengths", help="niah: context lengths."),
-          depths: str = typer.Option("0.25,0.5,0.75", "--depths", help="niah: needle depths."),
-          seeds: int = typer.Option(3, "--n-seeds", min=1, help="niah: seeds per (length, depth); repeated: sequences."),
+          lengths: str = typer.Option("256", "--lengths", help="niah: context lengths. Smaller than the other "
+                                      "commands' 512 (with 3 depths and 3 seeds, not 5 and 4) because every cell of "
+                                      "a grid is a forward row: a full resid_pre grid at 256 tokens is 9 pairs x "
+                                      "layers x 256 positions."),
+          depths: str = typer.Option("0.25,0.5,0.75", "--depths", help="niah: needle depths (see --lengths)."),
+          seeds: int = typer.Option(3, "--n-seeds", min=1, help="niah: seeds per (length, depth) (see --lengths); "
+                                    "repeated: sequences."),
           copy_length: int = typer.Option(20, "--copy-length", min=2, help="repeated: tokens per copy."),
           n_pairs: int = typer.Option(32, "--n-pairs", min=1, help="ioi: clean/corrupt pairs."),
           seed: int = typer.Option(0, "--seed", help="Seed of the built-in pairs and the bootstrap."),
