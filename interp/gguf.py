@@ -199,6 +199,8 @@ def converted(path: str | os.PathLike, sha256: str | None = None, quiet: bool = 
 
 def convert(p: Path, digest: str, quiet: bool = False) -> Path:
     """Dequantise the GGUF at `p` (sha256 `digest`) with transformers' loader into the cache, atomically."""
+    from .provenance import package_versions
+
     models = writable_cache("models")
     info = inspect_gguf(p)
     final = entry_dir(digest)
@@ -220,7 +222,7 @@ def convert(p: Path, digest: str, quiet: bool = False) -> Path:
         (stage / SOURCE_FILE).write_text(json.dumps({
             "format": "interp-gguf-conversion", "gguf_file": p.name, "gguf_path": str(p.resolve()),
             "sha256": digest, "bytes": p.stat().st_size, **{k: v for k, v in info.to_dict().items() if k != "path"},
-            "quantisation": _quant_label(info.quant_types), "converted_by": _converter_versions(),
+            "quantisation": _quant_label(info.quant_types), "converted_by": package_versions(("transformers", "gguf", "torch")),
             "convert_seconds": round(time.perf_counter() - t0, 1),
             "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=2), encoding="utf-8")
         try:
@@ -242,18 +244,6 @@ def _quant_label(quant: dict) -> str:
     f = sorted(((n, t) for t, n in quant.items() if t in floats), reverse=True)
     out = ", ".join(f"{t} x{n}" for n, t in q) or "unquantised"
     return out + (f" ({', '.join(f'{t} x{n}' for n, t in f)})" if f else "")
-
-
-def _converter_versions() -> dict:
-    from importlib import metadata
-
-    out = {}
-    for pkg in ("transformers", "gguf", "torch"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = "not installed"
-    return out
 
 
 def _write(p: Path, info: GGUFInfo, digest: str, stage: Path) -> None:

@@ -11,9 +11,10 @@ from pathlib import Path
 PACKAGES = ("interp", "torch", "transformers", "numpy", "scipy", "scikit-learn", "tokenizers")
 
 
-def package_versions() -> dict[str, str]:
+def package_versions(packages=PACKAGES) -> dict[str, str]:
+    """{package: installed version, or "not installed"} of `packages`."""
     out = {}
-    for p in PACKAGES:
+    for p in packages:
         try:
             out[p] = metadata.version(p)
         except metadata.PackageNotFoundError:

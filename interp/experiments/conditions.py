@@ -46,7 +46,6 @@ class Controls:
 
     conditions: list[Condition]  # one per distinct head set
     shortfall_by_layer: dict  # {layer: k}: k heads of that layer's share drawn from other layers
-    distinct_draws: int  # == len(conditions): every set is distinct
     pool: str
     requested: int = 0  # sets asked for
     possible: int | None = None  # distinct sets that exist (None: not counted, a layer's shortfall)
@@ -54,6 +53,11 @@ class Controls:
     @property
     def names(self) -> list[str]:
         return [c.name for c in self.conditions]
+
+    @property
+    def distinct_draws(self) -> int:
+        """The sets run: every one is distinct."""
+        return len(self.conditions)
 
     @property
     def pooled_name(self) -> str:
@@ -89,8 +93,7 @@ def random_head_controls(target: Sequence[HeadId], spec, make, draws: int, seed:
                                    n_draws=draws, seed=seed, by_layer=pool == "layer")
     sets = [tuple(HeadId(l, h) for l, h in x) for x in d.draws]
     conds = [Condition(f"{prefix}-{i + 1}", make(hs), role="control", heads=hs) for i, hs in enumerate(sets)]
-    return Controls(conds, {str(k): v for k, v in d.shortfall_by_layer.items()}, len(sets), pool, draws,
-                    d.n_possible)
+    return Controls(conds, {str(k): v for k, v in d.shortfall_by_layer.items()}, pool, draws, d.n_possible)
 
 
 def head_ablation(name: str, heads: Sequence[HeadId], mode: str = "zero", means=None, role: str = "other"

@@ -167,19 +167,11 @@ def write_norms(model, inputs: Sequence[Sequence[int]], batch_size: int = 8) -> 
 
 
 def control_write_strength(controls, writes: WriteNorms, min_rel: float = 0.5) -> dict:
-    """How strong a set of random controls is: its distinct head sets (coinciding draws counted once, in
-    draw order), each set's mean write norm relative to the median head (`WriteNorms.relative`, the
-    `head_write_rel` of `interp ablate`'s conditions) and how many reach `min_rel`. `controls` is a
-    `Controls` (`random_head_controls`)."""
-    sets: dict[frozenset, dict] = {}
-    for c in controls.conditions:
-        key = frozenset(c.heads)
-        if key in sets:
-            sets[key]["draws"] += 1
-        else:
-            sets[key] = {"heads": [str(h) for h in sorted(c.heads)], "head_write_rel": writes.relative(c.heads),
-                         "draws": 1}
-    rows = list(sets.values())
+    """How strong a set of random controls is: its head sets (distinct, in draw order), each set's mean write
+    norm relative to the median head (`WriteNorms.relative`, the `head_write_rel` of `interp ablate`'s
+    conditions) and how many reach `min_rel`. `controls` is a `Controls` (`random_head_controls`)."""
+    rows = [{"heads": [str(h) for h in sorted(c.heads)], "head_write_rel": writes.relative(c.heads), "draws": 1}
+            for c in controls.conditions]
     strong = [r for r in rows if r["head_write_rel"] is not None and r["head_write_rel"] >= min_rel]
     return {"pool": controls.pool, "n_draws": controls.requested or len(controls.conditions), "distinct_sets": len(rows),
             "strong_sets": len(strong), "min_rel": min_rel, "shortfall_by_layer": dict(controls.shortfall_by_layer),
