@@ -45,7 +45,7 @@ bench: setup
 clean:
 	rm -rf $(VENV) .pytest_cache
 
-# The numbers in the README's results section (bundled organisms and minilm-l6), into runs/results/.
+# The numbers in docs/results.md (bundled organisms and minilm-l6), into runs/results/.
 # One target per model (`make results-tiny-llama`), so the models can run side by side on separate cores.
 RESULTS_MODELS := tiny-qwen2 tiny-llama tiny-gpt2 minilm-l6
 RETRIEVAL_MODELS := tiny-qwen2 tiny-llama
@@ -89,7 +89,7 @@ results-%: setup
 	@if [ "$*" = tiny-qwen2 ]; then $(I) probe --model $* --overwrite --out $(OUT)/probe; fi
 	@if [ "$*" = tiny-qwen2 ]; then $(MAKE) --no-print-directory results-ioi-path; fi
 
-# IOI path patching on tiny-qwen2, the organism that solves IOI (README results): every head's direct effect
+# IOI path patching on tiny-qwen2, the organism that solves IOI (docs/results.md): every head's direct effect
 # on the logit difference, then what reaches the three layer-3 heads with the largest direct effect (L3H0,
 # L3H2, L3H3) through their queries, keys and values, then what reaches the layer-2 heads that feed their
 # values (L2H0-L2H3, one key-value group). The receivers are what the step before found on these 64 pairs.

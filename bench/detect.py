@@ -79,7 +79,7 @@ def niah_config(ctx: int, depths, seeds: int):
 
 
 def model_config() -> dict:
-    from interp.loading import resolve
+    from interp.models.loading import resolve
 
     return json.loads((Path(resolve(MODEL_NAME)[1]) / "config.json").read_text())
 
@@ -103,7 +103,7 @@ def reference_detect(hf, tok, samples, batch_size: int, max_new_tokens: int | No
     from transformers import DynamicCache
 
     from interp.experiments.tasks import length_batches
-    from interp.model import pad_left
+    from interp.models.model import pad_left
     from interp.tasks.niah import score_answer
 
     L, H = hf.config.num_hidden_layers, hf.config.num_attention_heads
@@ -189,7 +189,7 @@ def child_main(spec: dict) -> None:
     elif method == "eager":
         import transformers as tf
 
-        from interp.loading import resolve
+        from interp.models.loading import resolve
 
         source = resolve(MODEL_NAME)[1]
         hf = tf.AutoModelForCausalLM.from_pretrained(source, attn_implementation="eager", dtype=_dtype(dtype))

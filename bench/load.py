@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--models", default="smollm2-135m,gemma3-270m")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    from interp.fetch import fetched_path, gguf_path
+    from interp.models.fetch import fetched_path, gguf_path
 
     rows = []
     for alias in args.models.split(","):

@@ -1,4 +1,4 @@
-"""Memory planner vs measured peak memory on CPU (interp.memory).
+"""Memory planner vs measured peak memory on CPU (interp.models.memory).
 
 A random Qwen2 model (d_model 512, 4 layers, 8 query / 2 key-value heads, intermediate 1536, vocab 4096,
 float32, sdpa) built with transformers from a config and wrapped in interp.Model; one fresh subprocess per
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     if a._child:
         print(json.dumps(_child(json.loads(a._child))))
         return 0
-    from interp import memory
+    from interp.models import memory
 
     rows = []
     for analysis in ("ablate", "last"):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Activation patching grids: interp's batched sweep vs one forward pass per cell, side by side.
 
-Grids (issue 13):
+Grids:
     resid   resid_pre x every layer x every position of 64-token prompts (P pairs, default 8)
     heads   head_out x every head (all positions) on 16 pairs of 64 tokens
 Methods, each on its own copy of the same weights:
@@ -208,7 +208,7 @@ def long_child(spec: dict) -> None:
 
     import torch
 
-    from interp.loading import load_model
+    from interp.models.loading import load_model
     from interp.patching import PatchingConfig, run_attribution
 
     torch.set_num_threads(max(1, spec["threads"]))
@@ -301,7 +301,7 @@ def main(argv=None):
     import numpy as np
 
     import interp
-    from interp.loading import load_model
+    from interp.models.loading import load_model
 
     if args.quick:
         args.seq, args.pairs = 16, 2
@@ -322,7 +322,7 @@ def main(argv=None):
                 fn = lambda method=method: run_atp(model, pairs, grid, method)  # noqa: E731
             elif method == "naive":
                 hf = load_model(args.model, device=args.device).hf  # its own plain copy (wrapper inactive)
-                adapter = interp.adapters.adapter_for(hf)
+                adapter = interp.models.adapters.adapter_for(hf)
                 fn = lambda hf=hf, adapter=adapter: run_naive(hf, adapter, spec, pairs, grid, args.device)  # noqa: E731
             elif method == "tl":
                 from transformer_lens.model_bridge import TransformerBridge
@@ -340,7 +340,7 @@ def main(argv=None):
                 from transformers import AutoModelForCausalLM
 
                 hf = AutoModelForCausalLM.from_pretrained(model.source).to(args.device).eval()
-                a = interp.adapters.adapter_for(hf)
+                a = interp.models.adapters.adapter_for(hf)
                 body = next(bp for bp in a.body_paths if _has(hf, bp))
                 blocks_path = ".".join(x for x in (body, a.layers_attr) if x)
                 o_attr = f"{a.attn_attr}.{a.o_proj_attr}"

@@ -31,8 +31,8 @@ Time: median (and min) of --repeats timed calls after one warm-up call of the sa
 CPU the rise of the resident set (VmHWM after resetting it through /proc/self/clear_refs, minus VmRSS before the
 call; the weights are already resident; glibc malloc pinned with MALLOC_MMAP_THRESHOLD_=65536), on CUDA
 torch.cuda.max_memory_allocated() minus memory_allocated() before the call. Next to it the memory planner's
-estimate (interp.memory.estimate(...).peak - weights; see PLAN) and measured/estimated.
-Ratios and targets (issue 16): ablate/plain time <= 1.05; rows/plain time <= 1.2 and memory <= 1.5;
+estimate (interp.models.memory.estimate(...).peak - weights; see PLAN) and measured/estimated.
+Ratios and targets: ablate/plain time <= 1.05; rows/plain time <= 1.2 and memory <= 1.5;
 detect/greedy time <= 1.3; planner within 30% of the measured peak.
 
 Usage: python bench/scale.py [--quick] [--device cpu|cuda] [--lengths 4096,8192] [--repeats 3] [--repeats-long N]
@@ -130,7 +130,7 @@ def print_report(res: dict) -> None:
         print(f"   sanity at {s['length']} tokens: interp vs plain max|diff| {s['interp_vs_plain_max_abs_diff']:.3g}, "
               f"ablation moves logits by {s['ablation_max_abs_logit_change']:.3g}, rows vs eager max|diff| "
               f"{s['rows_vs_eager_max_abs_diff']:.3g}, detect tokens == greedy tokens: {s['detect_equals_greedy']}")
-    print(f"   memory: {res.get('mem_method')}; planner: interp.memory.estimate(...).peak - weights "
+    print(f"   memory: {res.get('mem_method')}; planner: interp.models.memory.estimate(...).peak - weights "
           f"(weights {res['weights_bytes'] / MiB:,.0f} MiB)")
     by = {(e["length"], e["mode"]): e for e in res["measurements"]}
     hdr = (f"   {'T':>6} {'mode':<7} {'median s':>9} {'min s':>8} {'peak MiB':>9} {'plan MiB':>9} {'meas/plan':>9}")

@@ -36,7 +36,7 @@ REDUCTIONS = {
              "and time are NOT Qwen2.5-7B's (28 layers, 4x MLP, 4.75x vocab)."),
 }
 MODES = ("plain", "ablate", "rows", "greedy", "detect", "eager")
-# planner analysis per mode: interp.memory.estimate(config, T, 1, dtype, analysis, **kw)
+# planner analysis per mode: interp.models.memory.estimate(config, T, 1, dtype, analysis, **kw)
 PLAN = {  # batch 1, no padding: transformers passes no mask (padded=False)
     "plain": ("ablate", dict(logits="last", padded=False)),
     "ablate": ("ablate", dict(logits="last", padded=False)),
@@ -91,7 +91,7 @@ def ablated_heads(seed: int = 7) -> list[tuple[int, int]]:
 
 
 def eager_extra_bytes(T: int, b: int) -> int:
-    """What eager + output_attentions adds to the sdpa plan (interp.memory has no output_attentions term): the
+    """What eager + output_attentions adds to the sdpa plan (interp.models.memory has no output_attentions term): the
     returned [heads, T, T] patterns of the other layers, (L - 1) x H x T^2 x b, plus the live layer's transients:
     two [H, T, T] tensors alive at once (scores and scaled scores, scaled and masked scores, masked scores and
     their float32 softmax, the softmax and its cast back), H x T^2 x (b + max(b, 4)); plus the additive float mask
@@ -103,7 +103,7 @@ def eager_extra_bytes(T: int, b: int) -> int:
 
 def plan_for(mode: str, T: int, dtype: str, new_tokens: int) -> dict:
     """The planner's estimate for this mode: the MemoryPlan dict, its peak - weights ('estimated'), the call."""
-    from interp import memory
+    from interp.models import memory
 
     analysis, kw = PLAN[mode]
     kw = dict(kw)
@@ -118,7 +118,7 @@ def plan_for(mode: str, T: int, dtype: str, new_tokens: int) -> dict:
         extra = eager_extra_bytes(T, elem_bytes(dtype))
         out["estimated_bytes"] = est + extra
         out["eager_extra_bytes"] = extra
-        out["call"] += " + eager_extra_bytes (bench/scale.py: interp.memory has no output_attentions term)"
+        out["call"] += " + eager_extra_bytes (bench/scale.py: interp.models.memory has no output_attentions term)"
     return out
 
 

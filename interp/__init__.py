@@ -9,17 +9,18 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "load_model": "loading",
-    "list_models": "loading",
-    "spec_from_config": "loading",
-    "Model": "model",
-    "Batch": "model",
-    "HeadId": "types",
-    "KVHeadId": "types",
-    "Site": "types",
-    "SiteKind": "types",
-    "ModelSpec": "spec",
-    "RopeSpec": "spec",
+    "load_model": "models.loading",
+    "list_models": "models.loading",
+    "spec_from_config": "models.loading",
+    "Model": "models.model",
+    "Batch": "models.model",
+    "from_bridge": "interop.transformer_lens",
+    "HeadId": "sites",
+    "KVHeadId": "sites",
+    "Site": "sites",
+    "SiteKind": "sites",
+    "ModelSpec": "models.spec",
+    "RopeSpec": "models.spec",
     "AblateHeads": "hooks.interventions",
     "ZeroRopeDims": "hooks.interventions",
     "Capture": "hooks.capture",
@@ -27,7 +28,7 @@ _EXPORTS = {
     "head_output_means": "hooks.capture",
     "AttentionRows": "hooks.rows",
     "attention_rows": "hooks.rows",
-    "progress": "progressbar",
+    "progress": "runtime.progress",
     "InterpError": "errors",
     "InvalidInputError": "errors",
     "ModelNotFoundError": "errors",
@@ -40,6 +41,8 @@ _EXPORTS = {
     # analyses: one entry function and its config each
     "RetrievalConfig": "analyses.retrieval",
     "detect_retrieval_heads": "analyses.retrieval",
+    "prepare_experiment": "analyses.pipeline",
+    "HeadExperiment": "analyses.pipeline",
     "AblationConfig": "analyses.ablation",
     "run_ablation": "analyses.ablation",
     "RopeZeroConfig": "analyses.rope_zero",
@@ -65,16 +68,15 @@ _EXPORTS = {
     "open_store": "store",
     "ProbeConfig": "probes",
     "run_probes": "probes",
-    # probe figures (the other figures: interp.plotting, interp.plotting_heads, interp.plotting_patching)
-    "probes_by_layer": "probes.figures",
-    "angles_by_layer": "probes.figures",
-    "decomposition_by_layer": "probes.figures",
-    "pos_pca_curves": "probes.figures",
+    # probe figures (every figure: interp.figures.experiments, .heads, .patching, .probes)
+    "probes_by_layer": "figures.probes",
+    "angles_by_layer": "figures.probes",
+    "decomposition_by_layer": "figures.probes",
+    "pos_pca_curves": "figures.probes",
 }
 
-_SUBMODULES = ("adapters", "hooks", "errors", "loading", "model",
-               "spec", "tiny", "types", "cli", "stats", "plotting", "provenance", "analyses", "tasks",
-               "store", "probes", "experiments", "corpus")
+_SUBMODULES = ("errors", "sites", "runtime", "models", "hooks", "corpus", "tasks", "stats", "experiments",
+               "analyses", "patching", "store", "probes", "interop", "organisms", "figures", "cli")
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
@@ -90,6 +92,20 @@ def __getattr__(name: str):
 
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'interp' has no attribute {name!r}")
+
+
+def submodule_getattr(package: str, path):
+    """A package's module-level __getattr__ that imports `package.<module>` on first attribute access, so
+    `interp.models.loading` works without an import statement (as `interp.models` does here)."""
+    def __getattr__(name: str):
+        import importlib
+        import pkgutil
+
+        if name in {m.name for m in pkgutil.iter_modules(path)}:
+            return importlib.import_module(f"{package}.{name}")
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
 
 
 def __dir__():

@@ -3,7 +3,7 @@
 import torch
 
 import interp
-from interp.tiny import GQA_FAMILIES, TINY_FAMILIES, VOCAB, tiny_random_hf
+from interp.models.tiny import GQA_FAMILIES, TINY_FAMILIES, VOCAB, tiny_random_hf
 
 # (family, gqa) for every adapter, MHA everywhere and GQA where the architecture has it
 VARIANTS = [(f, False) for f in TINY_FAMILIES] + [(f, True) for f in GQA_FAMILIES]

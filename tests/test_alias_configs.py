@@ -39,7 +39,7 @@ def test_info_config_only_works_offline_for_every_alias(alias, capsys, monkeypat
 
 def test_llama_3_1_frequencies_are_the_scaled_ones(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    from interp.loading import spec_from_config
+    from interp.models.loading import spec_from_config
 
     f = spec_from_config("llama-3.1-8b").rope.inv_freq
     plain = 5e5 ** (-126 / 128)
@@ -58,7 +58,7 @@ def test_provenance_records_code_and_device(tmp_path):
     from pathlib import Path
 
     import interp
-    from interp.provenance import provenance
+    from interp.runtime.provenance import provenance
 
     p = provenance(interp.load_model("tiny-qwen2"))
     if (Path(interp.__file__).resolve().parents[1] / ".git").exists():

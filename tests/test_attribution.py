@@ -11,8 +11,8 @@ import torch
 import interp
 from interp.patching import PatchingConfig, PatchPair, run_patching
 from interp.patching.attribution import run_attribution
-from interp.tiny import tiny_random_hf
-from interp.types import Site
+from interp.models.tiny import tiny_random_hf
+from interp.sites import Site
 
 from .planted import BOS, CONTENT, planted_model
 
@@ -153,7 +153,7 @@ def test_path_patching_figure_names_few_senders_and_counts_many():
     """The bar figure's title lists up to six sender heads; a longer list (every head of some layers) is named
     by its count, so the title stays on the page; the bars still name every sender."""
     from interp.patching.path import run_path_patching
-    from interp.plotting_patching import path_effects
+    from interp.figures.patching import path_effects
 
     model = planted_model("llama")
     pairs = _induction_key_pairs()
@@ -188,7 +188,7 @@ def test_cli_path_senders_layer_wildcard_equals_the_listed_heads(tmp_path, capsy
 def test_atp_qk_top_heads_on_niah_are_exact_patchings_top_heads(name):
     """On the organisms' NIAH pairs the heads exact patching ranks highest at the last token (the
     retrieval heads) are AtP-QK's top heads too, and the verification says how well the rest agrees."""
-    from interp.loading import bundled_models
+    from interp.models.loading import bundled_models
     from interp.patching import niah_pairs
     from interp.tasks.niah import NiahConfig
 

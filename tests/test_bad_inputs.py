@@ -259,6 +259,11 @@ CASES = [  # (command line, text the one-line error must contain)
     ("detect retrieval --out {afile} NIAH", "exists and is not a directory"),
     ("detect retrieval --out /proc/nope/x NIAH", "cannot create a folder in /proc/nope"),
     ("cache --out {afile}", "exists and is not a directory"),
+    ("cache --out /sys/interp-nope", "cannot create a folder in /sys"),
+    ("cache --out /proc/nope/store", "cannot create a folder in /proc"),
+    # argv bytes that are not UTF-8 (Python hands them over as lone surrogates)
+    ("detect retrieval --separator \udcff\udcfe NIAH", "is not valid UTF-8 text"),
+    ("ablate --heads L0H\udcff NIAH", "is not valid UTF-8 text"),
     ("detect retrieval --out {previous_run} NIAH", "already holds a run (interp detect retrieval"),
     ("ablate --heads L0H0 --out {previous_run} NIAH", "pass --overwrite to replace it"),
 ]
@@ -271,7 +276,7 @@ def _case_id(case):
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """The bad (and some good) inputs the table refers to."""
-    from interp.tiny import tiny_random_hf
+    from interp.models.tiny import tiny_random_hf
 
     t = tmp_path_factory.mktemp("bad")
     f = {}

@@ -10,7 +10,8 @@ import textwrap
 
 import pytest
 
-from interp import memory
+from interp.models import memory
+from interp.runtime import devices
 
 from .helpers import run_cli
 
@@ -34,7 +35,7 @@ def test_auto_picks_the_largest_batch_within_the_budget(mib, tmp_path, capsys):
     assert code == 0, err
     got = json.loads((tmp_path / "o" / "retrieval.json").read_text())["config"]["batch_size"]
     config = interp.load_model("tiny-qwen2").hf.config
-    want = _largest_fitting(config, int(mib * 2 ** 20 * memory.SAFETY), 1024, 40, analysis="detect", new_tokens=16)
+    want = _largest_fitting(config, int(mib * 2 ** 20 * devices.SAFETY), 1024, 40, analysis="detect", new_tokens=16)
     assert got == want and 1 < got < 40  # within the budget and not capped: the budget decided
     assert f"batch size auto: {got}" in err
 
@@ -55,7 +56,7 @@ def test_refusals_come_before_any_work(tmp_path, capsys):
                             "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and "--batch-size 40 needs" in err
     fits = int(err.split("use --batch-size ")[1].split()[0])
-    assert fits == _largest_fitting("tiny-qwen2", int(80 * 2 ** 20 * memory.SAFETY), 1024, 10 ** 6,
+    assert fits == _largest_fitting("tiny-qwen2", int(80 * 2 ** 20 * devices.SAFETY), 1024, 10 ** 6,
                                     analysis="detect", new_tokens=16)
     code, _, err = run_cli(["ablate", "--heads", "L2H4", *NIAH, "--batch-size", "auto", "--device-map", "auto",
                             "--out", str(tmp_path / "o")], capsys)
@@ -72,7 +73,7 @@ CHILD = textwrap.dedent("""
     from interp import stats
     from interp.analyses.retrieval import RetrievalConfig, detect_retrieval_heads
     from interp.cli.budget import batch_for
-    from interp.provenance import provenance
+    from interp.runtime.provenance import provenance
     from interp.tasks.niah import NiahConfig, build_niah
 
     def status(field):

@@ -36,7 +36,7 @@ def test_help_version_and_completion(capsys):
 
     assert code == 0 and out.strip() == f"interp {__version__}"
     code, out, _ = run_cli(["--show-completion", "bash"], capsys)
-    assert code == 0 and "_interp_completion" in out and "complete" in out
+    assert code == 0 and "_interp_completion" in out and "complete" in out, (code, out, _)
     code, out, _ = run_cli(["-h"], capsys)
     assert "--install-completion" in out
 

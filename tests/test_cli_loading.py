@@ -8,7 +8,7 @@ import transformers as tf
 
 import interp
 from interp.errors import ModelNotFoundError, UnsupportedModelError
-from interp.tiny import tiny_random_hf
+from interp.models.tiny import tiny_random_hf
 
 from .helpers import run_cli
 
@@ -84,7 +84,7 @@ def test_minilm_encoder_loads_and_matches_plain_bert():
     m = interp.load_model("minilm-l6")
     assert m.spec.model_type == "bert" and not m.spec.causal
     batch = m.tokenize(["the cat sat on the mat", "a dog"])
-    plain = tf.AutoModel.from_pretrained(interp.loading.minilm_path())
+    plain = tf.AutoModel.from_pretrained(interp.models.loading.minilm_path())
     with torch.no_grad():
         ref = plain(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                     position_ids=batch.position_ids).last_hidden_state
@@ -176,8 +176,8 @@ def test_ablation_printer_warns_about_silent_control_heads(capsys):
 def test_layer_wildcard_is_every_head_of_that_layer():
     """'L2H*' expands with the model's query-head count (ablate --heads, patch --senders/--receivers); without
     a head count it is refused, not guessed."""
-    from interp.experiments import resolve_heads
-    from interp.types import HeadId, as_heads
+    from interp.analyses.heads import resolve_heads
+    from interp.sites import HeadId, as_heads
 
     assert as_heads("L1H*,L0H3", n_heads=4) == (HeadId(0, 3),) + tuple(HeadId(1, h) for h in range(4))
     assert as_heads(["l2h*"], n_heads=2) == (HeadId(2, 0), HeadId(2, 1))

@@ -15,7 +15,7 @@ import torch
 import interp
 from interp.analyses.copy_suppression import CopySuppressionConfig, detect_copy_suppression
 from interp.errors import InvalidInputError, UnsupportedModelError
-from interp.tiny import tiny_random_hf
+from interp.models.tiny import tiny_random_hf
 
 from .planted import BOS, NEG_HEAD, OUT, planted_hf, planted_model, repeated_ids
 
@@ -56,7 +56,7 @@ def test_planted_negative_head_is_found(family):
     assert 0.0 < c["self_repair_fraction"] < 0.7
     assert d["copy_suppression_heads"] == [neg] and d["found"]
     assert "L2H2" in d["summary"]
-    from interp.plotting_heads import copy_suppression_figures
+    from interp.figures.heads import copy_suppression_figures
 
     figs = copy_suppression_figures(d)
     assert set(figs) == {"ov_suppression_heatmap", "qk_lift_heatmap", "dla_attended_heatmap", "ov_vs_dla", "self_repair"}

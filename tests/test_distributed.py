@@ -1,4 +1,4 @@
-"""Sharded sweeps (interp.distributed): torchrun with 2 gloo processes gives the one-process result,
+"""Sharded sweeps (interp.runtime.distributed): torchrun with 2 gloo processes gives the one-process result,
 and a sweep killed mid-way resumes from its finished units without computing them again."""
 
 import json
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from interp import distributed
+from interp.runtime import distributed
 
 BIN = Path(sys.executable).parent
 ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}

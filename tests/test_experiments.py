@@ -18,10 +18,11 @@ import torch
 
 import interp
 from interp import stats
-from interp.experiments import (PromptItem, PromptTask, baseline, compare, head_ablation,
-                                random_head_controls, resolve_heads, run_conditions, run_niah)
+from interp.analyses.heads import resolve_heads
+from interp.experiments import (PromptItem, PromptTask, baseline, compare, head_ablation, random_head_controls,
+                                run_conditions, run_niah)
 from interp.hooks.interventions import AblateHeads, ZeroRopeDims
-from interp.loading import bundled_models
+from interp.models.loading import bundled_models
 from interp.tasks.niah import NiahConfig, build_niah
 
 from .helpers import run_cli
@@ -78,7 +79,7 @@ def test_run_ablation_equals_hand_loop_on_tiny_llama():
 
 def test_rope_zero_equals_hand_loop_on_tiny_llama():
     from interp.analyses.rope_zero import RopeZeroConfig, run_rope_zero
-    from interp.rope import resolve_dims
+    from interp.models.rope import resolve_dims
     from interp.tasks.text import corpus_passages
 
     _require("tiny-llama")

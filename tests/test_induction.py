@@ -17,7 +17,7 @@ from interp.analyses.circuits import FinalNormLinear, head_inputs, head_values
 from interp.analyses.induction import InductionConfig, detect_induction_heads
 from interp.errors import InvalidInputError
 from interp.tasks.repeated import RepeatedConfig, build_repeated, build_repeated_batches, token_pool
-from interp.tiny import tiny_random_hf
+from interp.models.tiny import tiny_random_hf
 
 from .helpers import VARIANT_IDS, VARIANTS, run_cli
 from .planted import BOS, CONTENT, planted_model
@@ -241,7 +241,7 @@ def test_single_head_sweep_finds_the_circuit():
     others[0, 0] = others[1, 1] = others[2, 2] = False
     assert np.abs(late[others]).max() < 1e-4
     assert np.abs(np.array(d["single_head_effects"]["early_loss"])).max() < 0.05  # first copy: nothing to copy
-    from interp.plotting_heads import induction_figures
+    from interp.figures.heads import induction_figures
 
     figs = induction_figures(d)
     assert {"single_head_ablation_heatmap", "ablation_late_loss"} <= set(figs)

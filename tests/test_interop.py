@@ -1,5 +1,5 @@
 """interp.interop: the TransformerLens site-name map (checked against a real TransformerBridge),
-interp.Model.from_transformer_lens, interp.Model on nnsight wrappers, and the nnsight head helpers.
+interp.from_bridge, interp.Model on nnsight wrappers, and the nnsight head helpers.
 
 Every equality is <= 1e-5 and every ablation / patch must also move the logits by > 1e-3, so a no-op
 on either side fails.
@@ -19,8 +19,8 @@ from interp.errors import InvalidInputError, UnsupportedModelError
 from interp.interop.transformer_lens import (
     FROM_TL, from_transformer_lens, head_hook, site_hook, to_transformer_lens,
 )
-from interp.tiny import VOCAB, tiny_config, tiny_random_hf
-from interp.types import HeadId, Site
+from interp.models.tiny import VOCAB, tiny_config, tiny_random_hf
+from interp.sites import HeadId, Site
 
 from .helpers import VARIANT_IDS, VARIANTS
 
@@ -154,7 +154,7 @@ def test_bad_inputs_to_the_map():
 
 def test_interop_imports_neither_package():
     code = ("import sys, interp.interop, interp.interop.nnsight, interp.interop.transformer_lens as t; "
-            "from interp.types import Site; Site.parse('blocks.1.attn.hook_z'); t.to_transformer_lens('L1.q'); "
+            "from interp.sites import Site; Site.parse('blocks.1.attn.hook_z'); t.to_transformer_lens('L1.q'); "
             "bad = [m for m in ('transformer_lens', 'nnsight') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -220,7 +220,7 @@ def test_from_transformer_lens_gives_interp_own_ablations(family, gqa, tmp_path)
     ids = _ids()
     with torch.no_grad():
         tl_before = br(ids, return_type="logits") if family != "bert" else None
-    model = interp.Model.from_transformer_lens(br)
+    model = interp.from_bridge(br)
     # same tensors, not a copy
     bridged = {p.data_ptr() for p in br.original_model.parameters()}
     assert all(p.data_ptr() in bridged for p in model.hf.parameters())
@@ -246,12 +246,12 @@ def test_bridge_and_rewired_model_are_refused_with_the_way_in(tmp_path):
     from .helpers import tl_bridge
 
     br, hf = tl_bridge("llama", True, tmp_path)
-    with pytest.raises(UnsupportedModelError, match=r"Model\.from_transformer_lens"):
+    with pytest.raises(UnsupportedModelError, match=r"interp\.from_bridge\(bridge\)"):
         interp.Model(br)
     with pytest.raises(UnsupportedModelError, match="rewired by a TransformerLens bridge"):
         interp.Model(hf)
     with pytest.raises(InvalidInputError, match="expected a TransformerLens TransformerBridge"):
-        interp.Model.from_transformer_lens(tiny_random_hf("llama", seed=0))
+        interp.from_bridge(tiny_random_hf("llama", seed=0))
 
 
 def test_processed_bridge_weights_are_refused(tmp_path):
@@ -263,7 +263,7 @@ def test_processed_bridge_weights_are_refused(tmp_path):
         warnings.simplefilter("ignore")
         br.enable_compatibility_mode(disable_warnings=True)  # folds LayerNorm, centres weights
     with pytest.raises(UnsupportedModelError, match="processed"):
-        interp.Model.from_transformer_lens(br)
+        interp.from_bridge(br)
 
 
 # ---- nnsight ----------------------------------------------------------------------------

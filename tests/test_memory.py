@@ -1,4 +1,4 @@
-"""The memory planner (interp.memory, `interp plan`): exact weight and KV-cache bytes against real tiny models,
+"""The memory planner (interp.models.memory, `interp plan`): exact weight and KV-cache bytes against real tiny models,
 offline plans of a 7B alias, batch-size picking and its refusal."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from interp import memory
+from interp.models import memory
+from interp.runtime import devices
 
 from .helpers import run_cli
 
@@ -118,7 +119,7 @@ def test_parts_follow_the_analysis():
 
 
 def test_default_budget_is_a_fraction_of_free_memory():
-    assert 0 < memory.default_budget("cpu") <= memory.available_ram() * memory.SAFETY + 1
+    assert 0 < devices.default_budget("cpu") <= devices.available_ram() * devices.SAFETY + 1
 
 
 @pytest.mark.parametrize("length", [1024, 2048])

@@ -1,4 +1,4 @@
-"""Inputs that would mislead without a word (issue 15, class 8): each is now refused, fixed or said."""
+"""Inputs that would mislead without a word: each is now refused, fixed or said."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_a_user_haystack_takes_the_needle_between_sentences_never_inside_a_word(
 
 
 def test_separator_escapes_keep_non_ascii_text(tmp_path, capsys):
-    from interp.cli.common import niah_config, parse_escapes
+    from interp.cli.options import niah_config, parse_escapes
 
     assert parse_escapes("→ Frage:\\n") == "→ Frage:\n"
     assert parse_escapes("a\\tb\\\\n\\u00e9") == "a\tb\\né"

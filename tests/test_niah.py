@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 
 from interp.analyses.retrieval import RetrievalRecorder
 from interp.errors import InvalidInputError
-from interp.loading import data_dir
+from interp.models.loading import data_dir
 from interp.tasks.niah import NiahConfig, build_niah, score_answer
 
 

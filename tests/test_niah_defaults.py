@@ -15,7 +15,7 @@ from transformers import AutoTokenizer
 import interp
 from interp.analyses.retrieval import RetrievalConfig, RetrievalRecorder, detect_retrieval_heads
 from interp.errors import InvalidInputError
-from interp.loading import data_dir, minilm_path
+from interp.models.loading import data_dir, minilm_path
 from interp.tasks.needles import STANDARD_NEEDLES
 from interp.tasks.niah import NiahConfig, build_niah, read_haystack, resolve_niah, trained_on_corpus
 
@@ -32,7 +32,7 @@ def local_ckpt(tmp_path_factory, tok):
     """A non-bundled local checkpoint (random weights, the organisms' tokenizer so NIAH can be built)."""
     import transformers as tf
 
-    from interp.tiny import tiny_config
+    from interp.models.tiny import tiny_config
 
     cfg = tiny_config("qwen2")
     cfg.vocab_size = len(tok)
@@ -54,10 +54,10 @@ def _tokenizers(tok):
 # ---- which needles for which model ---------------------------------------------------------------
 
 def test_tiny_random_and_local_models_get_standard_needles_organisms_get_corpus_needles(tok, local_ckpt, tmp_path):
-    from interp.tiny import tiny_random_hf
+    from interp.models.tiny import tiny_random_hf
 
     rnd = interp.Model(tiny_random_hf("qwen2", False, seed=0), tokenizer=tok, name="tiny-random-qwen2",
-                       source="interp.tiny")
+                       source="interp.models.tiny")
     local = interp.load_model(str(local_ckpt))
     org = interp.load_model("tiny-qwen2")
     assert not trained_on_corpus(rnd) and not trained_on_corpus(local) and trained_on_corpus(org)

@@ -9,7 +9,7 @@ import torch
 from nnsight import NNsight
 
 import interp
-from interp.tiny import tiny_random_hf
+from interp.models.tiny import tiny_random_hf
 
 from .helpers import ids as make_ids
 

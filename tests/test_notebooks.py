@@ -22,7 +22,7 @@ from nbclient import NotebookClient
 NB_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOKS = sorted(NB_DIR.glob("*.ipynb"))
 
-# the retrieval heads of tiny-qwen2: one key-value group (data/organisms/README.md, "Session 3"); they are
+# the retrieval heads of tiny-qwen2: one key-value group (docs/organisms.md); they are
 # also its induction heads
 QWEN_GROUP = {"L2H4", "L2H5", "L2H6", "L2H7"}
 

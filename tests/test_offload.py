@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import interp
-from interp.tiny import tiny_random_hf
+from interp.models.tiny import tiny_random_hf
 
 from .helpers import run_cli
 
@@ -60,6 +60,6 @@ def test_the_cli_runs_with_a_device_map_and_gets_the_same_numbers(tmp_path, caps
 
 
 def test_max_memory_is_parsed_to_accelerates_form():
-    from interp.cli.common import parse_max_memory
+    from interp.cli.options import parse_max_memory
 
     assert parse_max_memory("0=20GiB, cuda:1=20GiB,cpu=60GiB") == {0: "20GiB", 1: "20GiB", "cpu": "60GiB"}

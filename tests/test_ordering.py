@@ -16,8 +16,8 @@ import torch
 import interp
 from interp import AblateHeads, Capture, Patch, Site, ZeroRopeDims
 from interp.hooks.interventions import Intervention, _assign
-from interp.tiny import tiny_random_hf
-from interp.types import HEAD_KINDS, MODULE_KINDS, RESID_KINDS, SITE_KINDS, SiteKind
+from interp.models.tiny import tiny_random_hf
+from interp.sites import HEAD_KINDS, MODULE_KINDS, RESID_KINDS, SITE_KINDS, SiteKind
 
 from .helpers import ids
 

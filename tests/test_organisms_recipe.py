@@ -1,4 +1,4 @@
-"""The v2 organism recipe (issue 17): extra document kinds that join the mix at a given step (random-id
+"""The v2 organism recipe: extra document kinds that join the mix at a given step (random-id
 repeats, IOI documents), random position offsets for learned absolute positions, the `--recipe` switch,
 and that the v1 recipes are unchanged by any of it (a v2 build equals v1 up to the step its extras start).
 """

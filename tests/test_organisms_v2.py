@@ -78,7 +78,7 @@ def test_random_id_metric_equals_a_teacher_forced_recomputation(name, organisms,
 
 def test_shipped_random_id_levels(random_id):
     """The shipped v2 organisms (recipe v2: random-id repeat documents in the mix) meet both random-id targets
-    of issue 17: second copy >= 3 nats below the first, first copy within 1.5 nats of uniform (measured: gaps
+    of the v2 recipe: second copy >= 3 nats below the first, first copy within 1.5 nats of uniform (measured: gaps
     6.74 / 6.39 / 6.72 for tiny-qwen2 / tiny-llama / tiny-gpt2, first copy +0.04-0.07 above uniform; the v1
     builds had gaps 0.46 / 1.17 / 1.12 and first copies ~5 nats above uniform). Without `<s>`: first copy 13.19 /
     9.70 / 13.70, gaps 10.88 / 9.32 / 13.30."""
@@ -182,7 +182,7 @@ def test_ioi_eval_equals_an_independent_recomputation(organisms):
 
 
 def test_shipped_ioi_levels(organisms):
-    """IOI on the shipped v2 organisms (issue 17's target: held-out logit diff >= 2 and accuracy >= 0.9 on
+    """IOI on the shipped v2 organisms (the v2 target: held-out logit diff >= 2 and accuracy >= 0.9 on
     one organism). tiny-qwen2 meets it (composed frames, half of them with random vocabulary words for
     people, IOI weight 2.0, lasso for the first 800 steps only): on held-out names x held-out templates it
     beats the "second name of the first clause" heuristic on both orders (96 prompts: logit diff +3.88,
@@ -274,7 +274,7 @@ def test_shipped_control_strength(name, heads, lengths, distinct, strong):
     import interp
     from interp import experiments as ex
     from interp.tasks.niah import NiahConfig, resolve_niah
-    from interp.types import as_heads
+    from interp.sites import as_heads
 
     model = interp.load_model(name)
     niah = resolve_niah(model, NiahConfig(context_lengths=lengths, n_seeds=8))

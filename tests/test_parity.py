@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import interp
-from interp.model import Model
+from interp.models.model import Model
 
 from .helpers import DECODER_IDS, DECODERS, VARIANT_IDS, VARIANTS, eager, hf_out, ids, left_padded, logits_of, pair
 

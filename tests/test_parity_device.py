@@ -38,7 +38,7 @@ torch.backends.cudnn.allow_tf32 = False
 
 
 def _models(family, gqa, dtype, impl=None):
-    from interp.tiny import tiny_random_hf
+    from interp.models.tiny import tiny_random_hf
 
     dt = getattr(torch, dtype)
     plain = tiny_random_hf(family, gqa, seed=0, attn_implementation=impl).to(DEVICE, dt).eval()
@@ -108,7 +108,7 @@ def test_head_ablation_equals_a_hook_on_the_output_projection(family, gqa, dtype
 
 def test_default_dtype_is_bf16_on_gpus_and_float32_on_cpu():
     """The choice load_model makes when no dtype is given (CUDA itself is not needed to test the rule)."""
-    from interp.loading import default_dtype
+    from interp.models.loading import default_dtype
 
     assert default_dtype(torch.device("cuda", 0)) is torch.bfloat16
     assert default_dtype(torch.device("cpu")) is torch.float32

@@ -12,9 +12,9 @@ import torch
 
 import interp
 from interp.hooks.interventions import Intervention
-from interp.loading import bundled_models
+from interp.models.loading import bundled_models
 from interp.patching import GRID_SITES, PatchingConfig, PatchPair, niah_pairs, run_patching
-from interp.types import Site
+from interp.sites import Site
 
 from .helpers import DECODER_IDS, DECODERS, run_cli
 
@@ -97,7 +97,7 @@ def naive(model, pairs, site, denoise=True):
 @pytest.mark.parametrize("family,gqa", DECODERS, ids=DECODER_IDS)
 def test_batched_sweep_equals_naive_loop(family, gqa):
     """Every grid site, pairs of lengths 7, 5, 7 (left-padded together), chunks that cut across pairs."""
-    from interp.tiny import tiny_random_hf
+    from interp.models.tiny import tiny_random_hf
 
     model = interp.Model(tiny_random_hf(family, gqa=gqa, seed=0))
     pairs = _pairs()
@@ -169,7 +169,7 @@ def test_anchor_alignment_and_position_subset():
 
 
 def test_result_json_frame_and_figures():
-    from interp.plotting_patching import patching_heatmaps
+    from interp.figures.patching import patching_heatmaps
 
     model = interp.load_model("tiny-random-gpt2")
     res = run_patching(model, _pairs((6, 4)), PatchingConfig(sites=("resid_pre", "head_out", "head_out_by_pos")))
@@ -200,7 +200,7 @@ def test_equals_transformerlens_patching(family, gqa, tmp_path):
     pytest.importorskip("transformer_lens")
     import transformer_lens.patching as tlp
 
-    from interp.tiny import VOCAB, tiny_random_hf
+    from interp.models.tiny import VOCAB, tiny_random_hf
 
     from .helpers import tl_bridge
 

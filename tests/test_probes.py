@@ -77,7 +77,7 @@ def test_probes_recover_planted_structure(tmp_path, aligned):
 
 
 def test_minilm_position_and_offset_head(tmp_path):
-    from interp.loading import minilm_path
+    from interp.models.loading import minilm_path
     from interp.probes import HeadConfig, classify_heads
     from interp.store import CacheConfig, CorpusData, cache_activations
 

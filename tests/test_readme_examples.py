@@ -1,4 +1,5 @@
-"""The README's Python blocks run as written, each alone in a fresh interpreter from an empty folder."""
+"""The Python blocks of the README and of every page in docs/ run as written, each alone in a fresh interpreter
+from an empty folder."""
 
 from __future__ import annotations
 
@@ -9,18 +10,23 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCKS = [(page, n + 1, code) for page in PAGES
+          for n, code in enumerate(re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S))]
+IDS = [f"{page.relative_to(ROOT).as_posix()}-block{n}" for page, n, _ in BLOCKS]
 
 
-def test_the_readme_has_python_blocks():
-    assert len(BLOCKS) >= 3
+def test_the_docs_have_python_blocks():
+    assert len(BLOCKS) >= 4
+    assert len([b for b in BLOCKS if b[0].name == "guide.md"]) >= 3  # the Python API examples
 
 
-@pytest.mark.parametrize("i", range(len(BLOCKS)), ids=[f"block{i + 1}" for i in range(len(BLOCKS))])
-def test_readme_python_block_runs_alone(i, tmp_path):
+@pytest.mark.parametrize("i", range(len(BLOCKS)), ids=IDS)
+def test_docs_python_block_runs_alone(i, tmp_path):
+    page, n, code = BLOCKS[i]
     script = tmp_path / "block.py"  # nnsight reads a trace body back from its source file: a file, not stdin
-    script.write_text(BLOCKS[i], encoding="utf-8")
+    script.write_text(code, encoding="utf-8")
     r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
                        env={**__import__("os").environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
-    assert r.returncode == 0, f"README Python block {i + 1} failed:\n{r.stderr[-3000:]}"
+    assert r.returncode == 0, f"{page.name} Python block {n} failed:\n{r.stderr[-3000:]}"

@@ -19,9 +19,9 @@ import pytest
 import torch
 
 import interp
-from interp.fetch import FETCHABLE, fetch, fetched_path, gguf_path
-from interp.provenance import provenance
-from interp.types import as_heads
+from interp.models.fetch import FETCHABLE, fetch, fetched_path, gguf_path
+from interp.runtime.provenance import provenance
+from interp.sites import as_heads
 
 from .helpers import run_cli
 
@@ -170,7 +170,7 @@ def test_head_ablation_equals_an_o_proj_prehook(alias, heads):
 
 def test_second_load_reads_the_cache(monkeypatch):
     """A fetched GGUF, passed as a file, loads from the cached copy without converting again."""
-    import interp.gguf as gg
+    import interp.models.gguf as gg
 
     _ensure("smollm2-135m")
 
@@ -186,7 +186,7 @@ def test_second_load_reads_the_cache(monkeypatch):
 
 
 def test_interrupted_conversion_leaves_no_entry(monkeypatch, tmp_path):
-    import interp.gguf as gg
+    import interp.models.gguf as gg
 
     src = gguf_path(_ensure("smollm2-135m"))
     monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))
@@ -228,7 +228,7 @@ def test_transformer_lens_bridge_and_nnsight_on_smollm2():
     _, cache = br.run_with_cache(x, names_filter=lambda n: n == "blocks.18.attn.hook_pattern")
     rows = interp.attention_rows(model, x, [x.shape[1] - 1], layers=[18])
     assert (cache["blocks.18.attn.hook_pattern"][0, :, -1] - rows[0, 0, :, 0]).abs().max().item() <= 1e-5
-    on_bridge = interp.Model.from_transformer_lens(br)
+    on_bridge = interp.from_bridge(br)
     assert (on_bridge.forward(x) - want).abs().max().item() <= 1e-5
     # nnsight: interp's interventions on an nnsight wrapper, and nnsight's own edit of the o_proj input
     with warnings.catch_warnings():

@@ -130,7 +130,7 @@ def test_the_browser_check_catches_a_broken_page(runs, tmp_path):
 
 
 def test_figure_functions_take_result_objects_or_their_dicts():
-    from interp import plotting
+    from interp.figures import experiments as plotting
     from interp.errors import InvalidInputError
 
     d = {"model": "m", "threshold": 0.1, "sweep": [{"threshold": 0.05, "n_heads": 3}, {"threshold": 0.2, "n_heads": 1}]}

@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 import interp
 from interp.analyses.ablation import AblationConfig, run_ablation
 from interp.analyses.retrieval import RetrievalConfig, detect_retrieval_heads
-from interp.loading import bundled_models
+from interp.models.loading import bundled_models
 from interp.tasks.niah import NiahConfig, build_niah
 
 RETRIEVAL_ORGANISMS = [n for n in ("tiny-qwen2", "tiny-llama") if n in bundled_models()]
@@ -54,9 +54,9 @@ def test_detection_equals_eager_recomputation(name):
 def test_masking_retrieval_heads_breaks_recall_but_random_heads_do_not(name, max_heads):
     """The causal claim on a small NIAH grid (512 tokens, needle first, middle, last): the organisms retrieve
     at every depth, few heads are detected, masking them removes recall, and masking layer-matched random
-    heads leaves it. Both keep fewer than a quarter of their heads (issue 17's target; `max_heads` is the
+    heads leaves it. Both keep fewer than a quarter of their heads (the v2 recipe's target; `max_heads` is the
     largest count below it): tiny-qwen2 4 of 32, tiny-llama 2 of 16 (the first v2 tiny-llama, trained on IOI
-    documents too, had 5: data/organisms/README.md), so that more heads would fail here."""
+    documents too, had 5: docs/organisms.md), so that more heads would fail here."""
     _require(name)
     model = interp.load_model(name)
     spec = model.spec

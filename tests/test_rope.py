@@ -8,8 +8,8 @@ import transformers as tf
 
 import interp
 from interp.errors import InvalidInputError
-from interp.rope import resolve_dims
-from interp.spec import RopeSpec
+from interp.models.rope import resolve_dims
+from interp.models.spec import RopeSpec
 
 from .helpers import pair
 
@@ -150,8 +150,8 @@ def test_gemma3_heads_by_theta_and_one_pair_order():
     import dataclasses
 
     from interp.errors import UnsupportedModelError
-    from interp.rope import heads_by_theta, one_pair_order
-    from interp.types import as_heads
+    from interp.models.rope import heads_by_theta, one_pair_order
+    from interp.sites import as_heads
 
     _, m = pair("gemma3", True)
     s = m.spec

@@ -8,7 +8,7 @@ import torch
 
 import interp
 from interp.errors import InterventionError, InvalidInputError, UnsupportedModelError
-from interp.tiny import tiny_random_hf
+from interp.models.tiny import tiny_random_hf
 
 from .helpers import ids
 

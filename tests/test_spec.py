@@ -6,7 +6,7 @@ import pytest
 import transformers as tf
 
 import interp
-from interp.adapters import adapter_class
+from interp.models.adapters import adapter_class
 from interp.errors import UnsupportedModelError
 
 from .helpers import VARIANT_IDS, VARIANTS, pair

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from interp.cli.common import dumps, strict
+from interp.cli.output import dumps, strict
 
 from .helpers import run_cli
 

@@ -25,7 +25,7 @@ import interp  # noqa: E402
 from interp.analyses.induction import (InductionConfig, detect_induction_heads, detection_patterns,  # noqa: E402
                                        pattern_scores)
 from interp.tasks.repeated import RepeatedConfig, build_repeated_batches  # noqa: E402
-from interp.tiny import VOCAB, tiny_random_hf  # noqa: E402
+from interp.models.tiny import VOCAB, tiny_random_hf  # noqa: E402
 
 from .planted import BOS, CONTENT, planted_hf  # noqa: E402
 

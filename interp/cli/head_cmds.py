@@ -1,4 +1,4 @@
-"""`interp detect induction` and `interp detect copy-suppression` (commands of `detect_app`)."""
+"""`interp detect induction` and `interp detect copy-suppression` (registered on `detect` by cli.app)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,12 @@ from typing import Optional
 
 import typer
 
-from ..errors import InvalidInputError
-from .common import finite, final_path, heads_cell, parse_ints, progress_bar, unit_interval, write_result, write_table
-from .retrieval_cmds import REVISION, DEVICE_MAP, MAX_MEMORY, BATCH, DEVICE, DTYPE, JSON, MODEL, OUT, OVERWRITE, detect_app, open_run
+from interp.errors import InvalidInputError
+from interp.cli.options import finite, parse_ints, unit_interval
+from interp.cli.output import heads_cell, progress_bar
+from interp.cli.runs import final_path, write_result, write_table
+from interp.cli.options import BATCH, DEVICE, DEVICE_MAP, DTYPE, JSON, MAX_MEMORY, MODEL, OUT, OVERWRITE, REVISION
+from interp.cli.runs import open_run
 
 SEED = typer.Option(0, "--seed", help="Seed of the random tokens / texts, token samples, control draws, bootstrap.")
 MODE = typer.Option("zero", "--mode", help="Ablation: zero | mean | uniform.")
@@ -18,7 +21,7 @@ N_BOOT = typer.Option(10000, "--n-boot", min=1, help="Bootstrap resamples for th
 
 
 def _heads(text):
-    from ..types import as_heads
+    from interp.sites import as_heads
 
     return None if not text else tuple(as_heads(text))
 
@@ -30,7 +33,7 @@ def _run(model, device, model_dtype, revision, device_map, max_memory, out, over
     becomes --batch-size as planned for sequences of `seq_len(model)` tokens (every position's logits)."""
     o, m = open_run(command, out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     if cfg is not None:
-        from .budget import resolve
+        from interp.cli.budget import resolve
 
         cfg.batch_size = resolve(m, batch_size, "ablate", [seq_len(m)], n_seqs, logits="all")
     prog, advance = progress_bar(steps(m), command)
@@ -48,7 +51,6 @@ def _fmt(v, spec=".3f"):
     return "-" if v is None else format(v, spec)
 
 
-@detect_app.command("induction")
 def detect_induction(model: Optional[str] = MODEL,
                      lengths: str = typer.Option("50", "--copy-lengths", help="Tokens per copy, comma-separated."),
                      seqs: int = typer.Option(32, "--n-seqs", min=2, help="Repeated sequences per length."),
@@ -70,8 +72,8 @@ def detect_induction(model: Optional[str] = MODEL,
                      as_json: bool = JSON):
     """Induction, previous-token and duplicate-token scores on repeated random tokens; OV copying; ablation of
     the induction heads vs matched random heads (second-copy loss, ICL score, paired CIs)."""
-    from ..analyses.induction import InductionConfig, detect_induction_heads
-    from ..tasks.repeated import RepeatedConfig
+    from interp.analyses.induction import InductionConfig, detect_induction_heads
+    from interp.tasks.repeated import RepeatedConfig
 
     if tokens not in ("auto", "vocab", "corpus"):
         raise InvalidInputError(f"--tokens {tokens!r}: valid are auto, vocab, corpus")
@@ -87,7 +89,7 @@ def detect_induction(model: Optional[str] = MODEL,
 
 
 def _print_induction(d: dict, out) -> None:
-    from .common import console
+    from interp.cli.output import console
     from rich.table import Table
 
     c = console()
@@ -122,7 +124,6 @@ def _print_induction(d: dict, out) -> None:
     c.print(f"written to {final_path(out)}/")
 
 
-@detect_app.command("copy-suppression")
 def detect_copy_suppression_cmd(model: Optional[str] = MODEL,
                                 texts: Optional[str] = typer.Option(None, "--texts", help="Plain-text file, documents "
                                                                     "separated by blank lines (default: held-out "
@@ -146,8 +147,8 @@ def detect_copy_suppression_cmd(model: Optional[str] = MODEL,
                                 overwrite: bool = OVERWRITE, as_json: bool = JSON):
     """Copy-suppression heads: OV self-suppression, QK matching of predicted tokens, direct logit effect on attended
     tokens, and ablation of the candidates (copied-token probability; direct vs total effect = self-repair)."""
-    from ..analyses.copy_suppression import CopySuppressionConfig, detect_copy_suppression
-    from ..tasks.text import read_documents
+    from interp.analyses.copy_suppression import CopySuppressionConfig, detect_copy_suppression
+    from interp.tasks.text import read_documents
 
     docs = tuple(read_documents(texts)) if texts else None
     cfg = CopySuppressionConfig(n_texts=n_texts, seq_len=seq_len, texts=docs, seed=seed,
@@ -161,7 +162,7 @@ def detect_copy_suppression_cmd(model: Optional[str] = MODEL,
 
 
 def _print_copy_suppression(d: dict, out) -> None:
-    from .common import console
+    from interp.cli.output import console
     from rich.table import Table
 
     c = console()

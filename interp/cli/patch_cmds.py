@@ -6,9 +6,12 @@ from typing import Optional
 
 import typer
 
-from ..errors import InvalidInputError
-from .common import dumps, final_path, parse_ints, progress_bar, write_result
-from .retrieval_cmds import REVISION, DEVICE_MAP, DEVICE, DTYPE, JSON, MODEL, OUT, OVERWRITE, open_run
+from interp.errors import InvalidInputError
+from interp.cli.options import parse_ints
+from interp.cli.output import dumps, progress_bar
+from interp.cli.runs import final_path, write_result
+from interp.cli.options import DEVICE, DEVICE_MAP, DTYPE, JSON, MODEL, OUT, OVERWRITE, REVISION
+from interp.cli.runs import open_run
 
 TASKS = ("niah", "repeated", "ioi")
 
@@ -18,8 +21,9 @@ PATCH_MAX_MEMORY = typer.Option(None, "--max-memory", help="Memory per device wi
 
 
 def _pairs(m, pairs_file, task, lengths, depths, seeds, copy_length, seed, n_pairs=32):
-    from ..patching import ioi_pairs, niah_pairs, read_pairs, repeated_pairs
-    from .common import niah_config, niah_for_model
+    from interp.patching import ioi_pairs, niah_pairs, read_pairs, repeated_pairs
+    from interp.cli.options import niah_config
+    from interp.tasks.niah import niah_for_model
 
     if pairs_file is not None and task is not None:
         raise InvalidInputError("give --pairs FILE or --task, not both")
@@ -90,12 +94,12 @@ def patch(model: Optional[str] = MODEL,
           max_memory: Optional[str] = PATCH_MAX_MEMORY, model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
           overwrite: bool = OVERWRITE, as_json: bool = JSON, csv: bool = typer.Option(False, "--csv", help="Print the tidy table on stdout.")):
     """Activation patching: every cell of the grid, many cells per forward pass (equal to one pass per cell)."""
-    from ..patching import PatchingConfig, run_patching
+    from interp.patching import PatchingConfig, run_patching
 
     cfg = PatchingConfig(sites=tuple(site.split(",")), direction=direction, metric=metric, normalize=not raw,
                          max_batch=max_batch, align=align, n_boot=n_boot, seed=seed,
                          positions=None if positions is None else parse_ints(positions, "--positions"))
-    from ..patching.attribution import METHODS as ATP_METHODS
+    from interp.patching.attribution import METHODS as ATP_METHODS
 
     if method not in ("exact", "path") + ATP_METHODS:
         raise InvalidInputError(f"--method {method!r}: valid methods are exact, {', '.join(ATP_METHODS)}, path")
@@ -107,7 +111,7 @@ def patch(model: Optional[str] = MODEL,
                      receivers, via, out, overwrite, as_json, n_pairs)
     o, m = open_run("patch", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed, n_pairs)
-    from ..patching.run import planned_rows
+    from interp.patching.run import planned_rows
 
     total, what = (planned_rows(m, ps, cfg), "patching rows") if method == "exact" else (len(cfg.sites), f"{method} sites")
     prog, advance = progress_bar(total, what)
@@ -115,7 +119,7 @@ def patch(model: Optional[str] = MODEL,
         if method == "exact":
             res = run_patching(m, ps, cfg, progress=advance)
         else:
-            from ..patching import run_attribution
+            from interp.patching import run_attribution
 
             res = run_attribution(m, ps, cfg, method=method, verify_top=verify_top, verify_sample=verify_sample,
                                   progress=advance)
@@ -130,8 +134,8 @@ def patch(model: Optional[str] = MODEL,
 
 def _path(model, device, model_dtype, revision, device_map, max_memory, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders, receivers, via,
           out, overwrite, as_json, n_pairs=32) -> None:
-    from ..patching.path import VIAS, run_path_patching
-    from ..types import as_heads
+    from interp.patching.path import VIAS, run_path_patching
+    from interp.sites import as_heads
 
     if via not in VIAS:
         raise InvalidInputError(f"--via {via!r}: valid are {', '.join(VIAS)}")
@@ -144,7 +148,7 @@ def _path(model, device, model_dtype, revision, device_map, max_memory, pairs, t
     write_result(res, o, "path_patching", as_json)
     if as_json:
         return
-    from .common import console
+    from interp.cli.output import console
 
     c = console()
     target = f"via {via} of {', '.join(res.receivers)}" if via != "logits" else "directly on the logits"
@@ -160,7 +164,7 @@ def _path(model, device, model_dtype, revision, device_map, max_memory, pairs, t
 
 def _print(d: dict, out) -> None:
     import numpy as np
-    from .common import console
+    from interp.cli.output import console
 
     c = console()
     how = (f"{d['n_rows']} (pair, cell) rows in {d['n_forward']} forward passes" if d["method"] == "exact"
@@ -172,7 +176,7 @@ def _print(d: dict, out) -> None:
     c.print(f"unpatched {d['metric']}: base (the {runs[0]} run, patched into) {base:+.3f}, donor (the {runs[1]} "
             f"run, patched from) {donor:+.3f}"
             + (f"; {len(d['excluded_pairs'])} pairs with donor ~ base left out" if d["excluded_pairs"] else ""))
-    from ..patching.run import site_effect
+    from interp.patching.run import site_effect
 
     what = "normalised effect" if d["normalized"] else f"effect (patched - base {d['metric']})"
     for name, g in d["sites"].items():

@@ -1,4 +1,4 @@
-"""`interp plan`: the memory planner (interp.memory) on a model's config, before any run."""
+"""`interp plan`: the memory planner (interp.models.memory) on a model's config, before any run."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ from typing import Optional
 
 import typer
 
-from ..errors import InvalidInputError
-from .budget import AUTO, parse_batch_size
-from .common import dumps, finite, parse_ints
+from interp.errors import InvalidInputError
+from interp.cli.options import AUTO, model_label, parse_batch_size
+from interp.cli.options import finite, parse_ints
+from interp.cli.output import dumps
 
 _PARTS = ("weights", "kv_cache", "activations", "logits", "attention_rows", "clean_cache", "peak")
 
@@ -37,14 +38,12 @@ def plan(model: Optional[str] = typer.Option(None, "--model", "-m", help="Alias 
     """Estimate peak memory per prompt length (weights, KV cache, activations, logits, attention rows, clean
     caches) from the config alone, and the largest batch that fits: one row per length, on stdout, whether
     it fits the budget or not (a plan is an answer; each row says which)."""
-    from ..loading import resolve_device
-    from ..memory import ANALYSES, SAFETY, default_budget, estimate, gib
-
-    from .app import _default_model
+    from interp.models.memory import ANALYSES, estimate, gib
+    from interp.runtime.devices import SAFETY, default_budget, resolve_device
 
     if analysis not in ANALYSES:
         raise InvalidInputError(f"--analysis {analysis!r}: choose from {', '.join(ANALYSES)}")
-    name = model or _default_model()
+    name = model_label(model)
     lens = parse_ints(lengths, "--lengths")
     if min(lens) < 1:
         raise InvalidInputError(f"--lengths must be positive, got {lengths!r}")
@@ -77,7 +76,7 @@ def plan(model: Optional[str] = typer.Option(None, "--model", "-m", help="Alias 
         return
     from rich.table import Table
 
-    from .common import stdout_console
+    from interp.cli.output import stdout_console
 
     out = stdout_console()
     t = Table(title=f"{name}: {analysis}, {worst.dtype}, budget {gib(budget)} ({budget_source})")

@@ -6,12 +6,15 @@ from typing import Optional
 
 import typer
 
-from ..errors import InvalidInputError
-from .common import final_path, niah_config, niah_for_model, note_niah, parse_ints, progress_bar, write_result
-from .budget import experiment_batch
-from .retrieval_cmds import (REVISION, DEVICE_MAP, MAX_MEMORY, OVERWRITE, BATCH, DEPTHS, DEVICE, DTYPE, HAYSTACK, JSON, LENGTHS, MAX_NEW, MODEL, NEEDLES, OUT,
-                             SEEDS, SEPARATOR, THRESHOLD, CSV, HEADS_HELP, METRIC, PROMPTS, open_run, experiment_grid, prompt_task, resolve_target_heads,
-                             write_task_prompts)
+from interp.cli.budget import experiment_batch
+from interp.cli.experiment import experiment_grid, prepare_heads, prompt_task, saved_detection, write_task_prompts
+from interp.cli.options import (BATCH, CSV, DEPTHS, DEVICE, DEVICE_MAP, DTYPE, HAYSTACK, HEADS_HELP, JSON, LENGTHS,
+                                MAX_MEMORY, MAX_NEW, METRIC, MODEL, NEEDLES, OUT, OVERWRITE, PROMPTS, REVISION, SEEDS,
+                                SEPARATOR, THRESHOLD, niah_config, parse_ints)
+from interp.cli.output import console, progress_bar
+from interp.cli.runs import final_path, open_run, write_result
+from interp.errors import InvalidInputError
+from interp.tasks.niah import niah_for_model
 
 HEADS = typer.Option("retrieval", "--heads", help=HEADS_HELP)
 FROM = typer.Option(None, "--from", help="Reuse retrieval.json from this directory.")
@@ -35,42 +38,34 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
               as_json: bool = JSON, csv: bool = CSV):
     """Zero a RoPE frequency band in heads: dose-response of NIAH recall (or your --prompts metric) with dim,
     head and task controls."""
-    from ..analyses.rope_zero import RopeZeroConfig, run_rope_zero
-    from ..hooks.interventions import ZERO_SIDES
-    from ..rope import n_pairs_of, require_rope
-    from ..tasks.niah import build_niah
+    from interp.analyses.pipeline import rope_zero as run
+    from interp.hooks.interventions import ZERO_SIDES
+    from interp.models.rope import n_pairs_of, require_rope
 
     if side not in ZERO_SIDES:
         raise InvalidInputError(f"--side {side!r}: valid sides are {', '.join(ZERO_SIDES)}")
     doses = parse_ints(dims, "--dims")
     if band not in ("lowest", "highest", "random"):
         parse_ints(band, "--band")
-        raise InvalidInputError("explicit pair bands are available from the library (interp.rope.resolve_dims); "
+        raise InvalidInputError("explicit pair bands are available from the library (interp.models.rope.resolve_dims); "
                                 "the CLI dose-response takes --band lowest|highest|random")
-    niah = experiment_grid(ctx, heads, from_dir, prompts, lengths, depths, seeds, haystack, needles, separator,
-                           max_new_tokens)
+    saved = saved_detection(heads, from_dir)
+    niah = experiment_grid(ctx, saved, prompts, lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
     o, m = open_run("rope-zero", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     rope = require_rope(m.spec)
     for d in doses:  # every dose is checked before any detection or decoding
         n_pairs_of(d, unit, rope)
     task = prompt_task(m, prompts, metric)
-    if task is None:  # the NIAH grid is only built when no --prompts are given
-        niah = niah_for_model(m, niah)
-    samples = build_niah(m.tokenizer, niah) if task is None else None  # refused prompts fail before a detection
-    if task is None:
-        note_niah(m, niah)
-    batch_size = experiment_batch(m, batch_size, niah, task, detecting=heads == "retrieval" and not from_dir)
-    target, source, _ = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed)
-    cfg = RopeZeroConfig(heads=tuple(target), niah=niah, band=band,
-                         doses=doses, unit=unit, side=side, random_draws=random_draws, head_draws=head_draws,
-                         seed=seed, batch_size=batch_size, heads_source=source)
-    n = len(samples) if task is None else task.n
+    niah = niah_for_model(m, niah) if task is None else None  # the NIAH grid only when no --prompts are given
+    batch_size = experiment_batch(m, batch_size, niah, task, detecting=heads == "retrieval" and saved is None)
+    exp = prepare_heads(m, heads, niah, task, saved, threshold, batch_size, o, seed)
     n_runs = 1 + sum(1 + random_draws + head_draws for d in doses if d > 0)
-    prog, advance = progress_bar(n * n_runs, "rope-zero conditions")
+    prog, advance = progress_bar(exp.n_prompts * n_runs, "rope-zero conditions")
     with prog:
-        res = run_rope_zero(m, cfg, samples=samples, task=task, progress=advance)
+        res = run(m, experiment=exp, band=band, doses=doses, unit=unit, side=side, random_draws=random_draws,
+                  head_draws=head_draws, seed=seed, batch_size=batch_size, progress=advance)
     d = write_result(res, o, "rope_zero", as_json, csv)
-    write_task_prompts(task, samples, m, o / "prompts.jsonl")
+    write_task_prompts(task, exp.samples, m, o / "prompts.jsonl")
     if not (as_json or csv):
         _print_rope_zero(d, o)
 
@@ -83,7 +78,7 @@ def _fmt(block):
 
 
 def _print_rope_zero(d, o):
-    from .common import console
+    from interp.cli.output import console
     from rich.table import Table
 
     t = Table(title=f"{d['model']}: {d['band']} band zeroed ({d['side']} side) in {len(d['heads'])} heads "
@@ -118,33 +113,31 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
           max_memory: Optional[str] = MAX_MEMORY, model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
                  overwrite: bool = OVERWRITE, as_json: bool = JSON):
     """Per-head, per-frequency-pair share of the q.k logit magnitude; a q/k norm statistic, retrieval vs other heads."""
-    from ..analyses.rope_profile import STATISTICS, RopeProfileConfig, run_rope_profile
-    from ..rope import require_rope
+    from interp.analyses.rope_profile import STATISTICS, RopeProfileConfig, run_rope_profile
+    from interp.models.rope import require_rope
 
     if statistic not in STATISTICS:
         raise InvalidInputError(f"--statistic {statistic!r}: valid are {', '.join(STATISTICS)}")
+    saved = saved_detection(heads, from_dir)
     niah = niah_config(lengths, depths, seeds, None, None, "\\n", None)
     o, m = open_run("rope-profile", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     require_rope(m.spec)
-    if heads == "retrieval" and not from_dir:  # detected now, on NIAH: the needles for this model
-        from ..tasks.niah import build_niah
-
+    detecting = heads == "retrieval" and saved is None
+    if detecting:  # detected now, on NIAH: the needles for this model
         niah = niah_for_model(m, niah)
-        build_niah(m.tokenizer, niah)  # refused prompts fail before the detection
-        note_niah(m, niah)
-    from .budget import niah_batch, resolve
+    from interp.cli.budget import niah_batch, resolve
 
-    batch_size = min(niah_batch(m, batch_size, niah, "detect") if heads == "retrieval" and not from_dir else 1 << 30,
+    batch_size = min(niah_batch(m, batch_size, niah, "detect") if detecting else 1 << 30,
                      resolve(m, batch_size, "ablate", [n_tokens], n_texts, logits="all"))
-    target, source, _ = resolve_target_heads(heads, m, niah, threshold, from_dir, batch_size, o, seed)
+    exp = prepare_heads(m, heads, niah if detecting else None, None, saved, threshold, batch_size, o, seed,
+                        prompts=False)
+    target, source = exp.heads, exp.source
     cfg = RopeProfileConfig(retrieval_heads=tuple(target), heads_source=source, n_texts=n_texts, n_tokens=n_tokens,
                             seed=seed, statistic=statistic, batch_size=batch_size)
     res = run_rope_profile(m, cfg)
     d = write_result(res, o, "rope_profile", as_json)
     if as_json:
         return
-    from .common import console
-
     c = console()
     cmp_ = d["comparison"]
     if cmp_:

@@ -8,10 +8,12 @@ from typing import Optional
 
 import typer
 
-from ..errors import InvalidInputError
-from .retrieval_cmds import DEVICE_MAP, MAX_MEMORY, REVISION
-from .budget import option as batch_option
-from .common import dumps, out_dir, parse_ints, progress_bar, write_json, write_result
+from interp.errors import InvalidInputError
+from interp.cli.options import DEVICE_MAP, MAX_MEMORY, REVISION
+from interp.cli.options import batch_option
+from interp.cli.options import parse_ints
+from interp.cli.output import dumps, progress_bar
+from interp.cli.runs import out_dir, write_json, write_result
 
 MODEL = typer.Option(None, "--model", "-m", help="Alias, checkpoint dir or Hub id with a tokenizer (default: the "
                      "bundled default organism, else minilm-l6).")
@@ -25,44 +27,29 @@ MODEL_DTYPE = typer.Option(None, "--model-dtype", help="float32, bfloat16, float
 JSON = typer.Option(False, "--json", help="Print the result JSON on stdout.")
 
 
-def _default_text_model() -> str:
-    """The bundled default organism if present, else MiniLM (tiny random models have no tokenizer)."""
-    from ..loading import DEFAULT_MODEL, bundled_models, minilm_path
-
-    if DEFAULT_MODEL in bundled_models():
-        return DEFAULT_MODEL
-    if minilm_path() is not None:
-        return "minilm-l6"
-    raise InvalidInputError(f"no default model with a tokenizer: the bundled {DEFAULT_MODEL} is not built and "
-                            f"minilm-l6 is not installed; pass --model")
-
-
 def _load(name: Optional[str], device, dtype, revision=None, device_map=None, max_memory=None):
-    from ..loading import load_model
-
-    from .retrieval_cmds import _model_name
-
-    from .budget import RUN
-    from .common import parse_max_memory
+    from interp.cli.options import model_label, parse_max_memory
+    from interp.cli.runs import current
+    from interp.models.loading import load_model
 
     mm = parse_max_memory(max_memory)
-    RUN.update(max_memory=mm, device_map=device_map)  # without a device map: --batch-size's budget only
-    return load_model(_model_name(name, _default_text_model), device=device, dtype=dtype, revision=revision,
+    current().max_memory, current().device_map = mm, device_map  # without a device map: --batch-size's budget only
+    return load_model(model_label(name), device=device, dtype=dtype, revision=revision,
                       device_map=device_map, max_memory=mm if device_map is not None else None)
 
 
 def _cache_batch(m, batch_size, cfg) -> int:
     """--batch-size of a cache run, planned (`auto`) or checked against --max-memory: `max_length` tokens per
     sequence, the sites' activations in the model's and the store's dtype."""
-    from ..memory import SITE_KINDS
-    from .budget import resolve
+    from interp.models.memory import SITE_KINDS
+    from interp.cli.budget import resolve
 
     kinds = tuple(dict.fromkeys(next((p for p in s.split(".") if p in SITE_KINDS), "resid") for s in cfg.sites))
     return resolve(m, batch_size, "cache", [cfg.max_length], cfg.shard_sequences, sites=kinds, store_dtype=cfg.dtype)
 
 
 def _data(data: Optional[str], n: Optional[int], text_key: str, seed: int = 0):
-    from ..store import CorpusData, TextFile
+    from interp.store import CorpusData, TextFile
 
     if data in (None, "corpus"):
         return CorpusData(n_sequences=n or 512, seed=seed)
@@ -70,7 +57,7 @@ def _data(data: Optional[str], n: Optional[int], text_key: str, seed: int = 0):
 
 
 def _cache(model, data, out: Path, cfg, overwrite: bool):
-    from ..store import cache_activations
+    from interp.store import cache_activations
 
     total = data.fingerprint()["n_sequences"]
     prog, advance = progress_bar(total, f"caching {model.name}")
@@ -95,14 +82,17 @@ def cache(model: Optional[str] = MODEL,
           device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, device_map: Optional[str] = DEVICE_MAP,
           max_memory: Optional[str] = MAX_MEMORY, model_dtype: Optional[str] = MODEL_DTYPE, as_json: bool = JSON):
     """Run a model over a dataset and stream activations of many sites to a memory-mapped store on disk."""
-    from ..store import CacheConfig
+    from interp.store import CacheConfig
 
     cfg = CacheConfig(sites=tuple(s.strip() for s in sites.split(",") if s.strip()),
                       layers=parse_ints(layers, "--layers") if layers else None, max_length=max_length,
                       batch_size=1 if batch_size == "auto" else batch_size, shard_sequences=shard_size, dtype=dtype)
-    from .. import distributed
-    from .common import echo
+    from interp.runtime import distributed
+    from interp.cli.output import echo
 
+    from interp.cli.runs import check_out_location
+
+    check_out_location(out)  # before the model loads: a folder must be possible there
     d = _data(data, n_sequences, text_key, seed)
     distributed.init()  # under torchrun: shards dealt out over the ranks, rank 0 writes the manifest
     m = _load(model, device, model_dtype, revision, device_map, max_memory)
@@ -114,7 +104,7 @@ def cache(model: Optional[str] = MODEL,
     if as_json:
         echo(dumps(summary))
     else:
-        from .common import console
+        from interp.cli.output import console
 
         console().print(f"[bold]{m.name}[/]: {store.n_tokens} tokens of {store.n_sequences} sequences, "
                                    f"{len(store.sites)} sites, {len(store.shards)} shards -> {store.path}/")
@@ -139,9 +129,9 @@ def probe(model: Optional[str] = MODEL,
           overwrite: bool = typer.Option(False, "--overwrite", help="Replace the run already in --out."),
           as_json: bool = JSON):
     """Positional vs semantic probes per layer, subspace angles, pos[t] decomposition and PCA, head classes."""
-    from ..probes import ProbeConfig, probe_steps, run_probes
-    from ..probes.report import markdown
-    from ..store import CacheConfig, open_store
+    from interp.probes import ProbeConfig, probe_steps, run_probes
+    from interp.probes.report import markdown
+    from interp.store import CacheConfig, open_store
 
     pcfg = ProbeConfig(sites=tuple(s.strip() for s in sites.split(",")) if sites else None, top_tokens=top_tokens,
                        pos_dims=pos_dims, seed=seed, heads=heads)
@@ -164,7 +154,7 @@ def probe(model: Optional[str] = MODEL,
         ccfg = CacheConfig(sites=("resid",), max_length=max_length, batch_size=1 if batch_size == "auto" else batch_size)
         ccfg.batch_size = _cache_batch(m, batch_size, ccfg)
         if pcfg.sites:  # checked against what will be cached, before any caching
-            from ..store.cache import resolve_sites
+            from interp.store.cache import resolve_sites
 
             have = [str(s) for s in resolve_sites(m, ccfg.sites)]
             bad = [s for s in pcfg.sites if s not in have]
@@ -185,7 +175,7 @@ def probe(model: Optional[str] = MODEL,
 
 
 def _print_probes(r: dict, out: Path):
-    from .common import console
+    from interp.cli.output import console
     from rich.table import Table
 
     t = Table(title=f"{r['model']}: probes on {r['store']['n_tokens']} tokens "

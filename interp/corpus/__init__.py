@@ -42,7 +42,7 @@ namespace; see :func:`train_rng`), and the tokenizer is fitted on
 ``random.Random("tokenizer/<i>")`` documents.
 """
 
-from .documents import (
+from interp.corpus.documents import (
     DOC_BUILDERS,
     filler_doc,
     induction_doc,
@@ -52,8 +52,8 @@ from .documents import (
     salad_doc,
     sample_text,
 )
-from .ioi import IOIPrompt, IOISplit, ioi_doc, ioi_prompts, ioi_split
-from .prose import (
+from interp.corpus.ioi import IOIPrompt, IOISplit, ioi_doc, ioi_prompts, ioi_split
+from interp.corpus.prose import (
     ADJECTIVES,
     ANIMALS,
     CODE_WORDS,

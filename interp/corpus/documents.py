@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from .prose import (
+from interp.corpus.prose import (
     ADJECTIVES,
     ANIMALS,
     COLORS,

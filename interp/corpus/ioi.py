@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from ..errors import InvalidInputError
-from .prose import NAMES, PLACES, TIMES, Piece, as_rng
+from interp.errors import InvalidInputError
+from interp.corpus.prose import NAMES, PLACES, TIMES, Piece, as_rng
 
 # {A} and {B}: the first clause's two names in order; {S}: the subject, repeated as the giver.
 # Fill slots: {obj} an object, {place} a place noun, {P} a town, {T} a time phrase.
@@ -288,7 +288,7 @@ def _train_doc(rng, budget: int, count: Callable[[str], int], frame: Callable[[r
     text = template.format(A=a, B=b, S=s, **random_fill(r))
     pieces: list[Piece] = [(text, "text"), (" " + io, "answer"), (".", "text")]
     if sum(count(x) for x, _ in pieces) > budget:
-        from .documents import filler_doc
+        from interp.corpus.documents import filler_doc
 
         return filler_doc(r, budget, count)
     return pieces

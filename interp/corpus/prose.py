@@ -163,7 +163,7 @@ class Needle:
 # tokenizer, so that an answer is one lookup.  The first organisms used 4-digit codes: trained
 # for up to 25 min they retrieved the first digit of a far needle (96-100% at every depth) but
 # never learned to copy the following digits in order (recall 0.05 below depth 1.0); see
-# data/organisms/README.md.
+# docs/organisms.md.
 CODE_WORDS = NAMES + PLACES
 
 

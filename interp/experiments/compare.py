@@ -16,8 +16,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import InvalidInputError
-from .runner import Outcomes
+from interp.errors import InvalidInputError
+from interp.experiments.runner import Outcomes
 
 
 @dataclass
@@ -82,7 +82,7 @@ def compare(outcomes: Outcomes, metrics: Sequence[str] | None = None, tested: Se
     compared with the paired test on every tested metric. write_rel(heads) -> float | None adds
     each condition's relative write norm.
     """
-    from .. import stats
+    from interp import stats
 
     task_metrics = tuple(outcomes.task.metrics)
     metrics = tuple(metrics or task_metrics)

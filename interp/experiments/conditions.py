@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..errors import InvalidInputError
-from ..types import HeadId
+from interp.errors import InvalidInputError
+from interp.sites import HeadId
 
 ROLES = ("baseline", "target", "control", "other")
 RANDOM_POOLS = ("layer", "any")
@@ -83,7 +83,7 @@ def random_head_controls(target: Sequence[HeadId], spec, make, draws: int, seed:
     layers when a layer has too few, recorded in `shortfall_by_layer`); pool="any": the same
     count from any layer. `make(heads)` returns the condition's interventions (e.g. AblateHeads).
     """
-    from .. import stats
+    from interp import stats
 
     if pool not in RANDOM_POOLS:
         raise InvalidInputError(f"random head pool must be 'layer' (matched per layer) or 'any', got {pool!r}")
@@ -98,7 +98,7 @@ def random_head_controls(target: Sequence[HeadId], spec, make, draws: int, seed:
 
 def head_ablation(name: str, heads: Sequence[HeadId], mode: str = "zero", means=None, role: str = "other"
                   ) -> Condition:
-    from ..hooks.interventions import AblateHeads
+    from interp.hooks.interventions import AblateHeads
 
     heads = tuple(heads)
     return Condition(name, (AblateHeads(heads, mode=mode, means=means),) if heads else (), role=role, heads=heads)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import InvalidInputError
+from interp.errors import InvalidInputError
 
 
 def mean_head_outputs(model, batches, batch_size: int | None = None) -> torch.Tensor:
     """Mean per-head output (o_proj input) over the real tokens of (ids, mask) batches:
     [n_layers, n_heads, head_dim], the `means` of AblateHeads(mode="mean")."""
-    from ..hooks.capture import head_output_means
+    from interp.hooks.capture import head_output_means
 
     total, count = None, 0.0
     for ids, mask in batches:

@@ -7,9 +7,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..errors import InvalidInputError
-from .conditions import Condition
-from .tasks import Task
+from interp.errors import InvalidInputError
+from interp.experiments.conditions import Condition
+from interp.experiments.tasks import Task
 
 
 @dataclass

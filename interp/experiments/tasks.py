@@ -26,8 +26,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ..errors import InvalidInputError
-from ..model import pad_left
+from interp.errors import InvalidInputError
+from interp.models.model import pad_left
 
 PROMPT_METRICS = ("logit_diff", "logprob", "loss")
 
@@ -86,7 +86,7 @@ def _units_key(interventions, items, **extra) -> str:
     never read back."""
     import json
 
-    from ..distributed import fingerprint
+    from interp.runtime.distributed import fingerprint
 
     prompts = fingerprint([getattr(it, "input_ids", None) or getattr(it, "ids", []) for it in items])
     return json.dumps({"interventions": [iv.describe() for iv in interventions], "prompts": prompts, **extra},
@@ -103,8 +103,8 @@ def run_niah(model, samples, interventions: Sequence = (), decode_only: bool = F
     export_batch() / import_batch(state): a batch's observations taken out as plain data and put back
     in batch order (each batch is a sweep unit: it may run on another rank or come from a unit file).
     """
-    from ..distributed import map_units
-    from ..tasks.niah import score_answer
+    from interp.runtime.distributed import map_units
+    from interp.tasks.niah import score_answer
 
     tok = model.tokenizer
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -159,7 +159,7 @@ def _check_decode_only(samples) -> None:
     if short:
         import warnings
 
-        from ..errors import InterpWarning
+        from interp.errors import InterpWarning
 
         warnings.warn(InterpWarning(f"{short} of {len(samples)} answers are one token: decode-only masking cannot "
                                     "change them (their token comes from the unmasked prefill)"), stacklevel=3)
@@ -171,7 +171,7 @@ class NiahTask(Task):
     metrics = ("recall", "exact_prefix")
 
     def __init__(self, samples, config=None, decode_only: bool = False):
-        from ..tasks.niah import NiahConfig
+        from interp.tasks.niah import NiahConfig
 
         self.samples = list(samples)
         if not self.samples:
@@ -183,7 +183,7 @@ class NiahTask(Task):
 
     @classmethod
     def build(cls, tokenizer, config, decode_only: bool = False) -> "NiahTask":
-        from ..tasks.niah import build_niah
+        from interp.tasks.niah import build_niah
 
         return cls(build_niah(tokenizer, config), config, decode_only)
 
@@ -203,7 +203,7 @@ class NiahTask(Task):
 
     def reference_batches(self, model):
         """4 prompts at the first length, depth 0.5, seeds 100000 past the evaluated ones."""
-        from ..tasks.niah import NiahConfig, build_niah
+        from interp.tasks.niah import NiahConfig, build_niah
 
         c = self.config
         ref_cfg = NiahConfig(context_lengths=c.context_lengths[:1], depths=(0.5,), n_seeds=4,
@@ -276,7 +276,7 @@ class PromptTask(Task):
         return [it.ids for it in self.items]
 
     def evaluate(self, model, interventions=(), batch_size=8, progress=None):
-        from ..distributed import map_units
+        from interp.runtime.distributed import map_units
 
         seqs = self._sequences()
         batches = length_batches([len(s) for s in seqs], batch_size)
@@ -383,8 +383,8 @@ def _encode(tok, text: str) -> list[int]:
 def read_prompts(path: str | Path, tokenizer, metric: str = "logit_diff") -> list[PromptItem]:
     """JSONL `{"prompt": ..., "answer": " Paris", "wrong": " Rome"}` per line (answer/wrong as the metric
     needs) -> PromptItems. The prompt gets the tokenizer's BOS when it adds one; errors name the line."""
-    from ..tasks.jsonl import jsonl_records
-    from ..tasks.niah import _bos
+    from interp.tasks.jsonl import jsonl_records
+    from interp.tasks.niah import _bos
 
     if tokenizer is None:
         raise InvalidInputError("prompt files need a tokenizer: this model was loaded without one")

@@ -16,10 +16,10 @@ from typing import Iterable, Mapping, Sequence
 
 import torch
 
-from ..errors import InterventionError, InvalidInputError
-from .interception import SiteHook
-from .interventions import Intervention
-from ..types import CAPTURE_KINDS, HEAD_KINDS, MODULE_KINDS, Site, SiteKind  # noqa: F401 (kind tuples re-exported)
+from interp.errors import InterventionError, InvalidInputError
+from interp.hooks.interception import SiteHook
+from interp.hooks.interventions import Intervention
+from interp.sites import CAPTURE_KINDS, HEAD_KINDS, MODULE_KINDS, Site, SiteKind  # noqa: F401 (kind tuples re-exported)
 
 
 def _as_sites(sites) -> tuple[Site, ...]:

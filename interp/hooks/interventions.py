@@ -20,9 +20,9 @@ from typing import Iterable, Sequence
 
 import torch
 
-from ..errors import InterventionError, InvalidInputError
-from .interception import AttnCall, SiteHook, select_rows
-from ..types import HeadId, HeadLike, as_heads
+from interp.errors import InterventionError, InvalidInputError
+from interp.hooks.interception import AttnCall, SiteHook, select_rows
+from interp.sites import HeadId, HeadLike, as_heads
 
 ABLATION_MODES = ("zero", "mean", "uniform")
 ZERO_SIDES = ("q", "k", "both")

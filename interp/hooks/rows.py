@@ -13,9 +13,9 @@ from typing import Sequence
 
 import torch
 
-from ..errors import InvalidInputError
-from .interception import AttnCall
-from .interventions import Intervention
+from interp.errors import InvalidInputError
+from interp.hooks.interception import AttnCall
+from interp.hooks.interventions import Intervention
 
 
 def _positions_tensor(positions, batch: int, q_len: int, device) -> torch.Tensor:

@@ -38,9 +38,9 @@ import torch
 
 # module-level imports only: with nnsight.register("interp") these functions are shipped by value to
 # a server without interp, where an import inside a function would fail
-from ..adapters import adapter_for
-from ..errors import InvalidInputError, UnsupportedModelError
-from ..types import HeadLike, as_head, as_heads
+from interp.models.adapters import adapter_for
+from interp.errors import InvalidInputError, UnsupportedModelError
+from interp.sites import HeadLike, as_head, as_heads
 
 MODES = ("zero", "mean")
 

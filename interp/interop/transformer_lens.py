@@ -1,6 +1,7 @@
 """interp Site names <-> TransformerLens hook names, and the HF model behind a TransformerBridge.
 
-The map is pure strings (no transformer_lens import). Per interp kind, the TransformerLens hook
+The map itself lives in interp.sites (pure strings, no transformer_lens import); this module adds
+the model-aware spelling and the HF model behind a TransformerBridge (`from_bridge`). Per interp kind, the TransformerLens hook
 that records the same tensor (checked against TransformerLens 4.3's TransformerBridge on every
 tiny adapter in tests/test_interop.py, <= 1e-5):
 
@@ -35,78 +36,23 @@ ln*/mlp internals, embed/unembed, ...) raise InvalidInputError saying why and wh
 
 from __future__ import annotations
 
-import re
+from interp.errors import InvalidInputError, UnsupportedModelError
+from interp.sites import (FROM_TL, TO_TL, HeadLike, Site, TLArch, as_head, looks_like_tl, site_from_tl,  # noqa: F401
+                          tl_hook_name)
 
-from ..errors import InvalidInputError, UnsupportedModelError
-from ..types import HeadLike, Site, as_head
-
-# interp kind -> TL hook name under blocks.{layer}. (architecture-independent defaults)
-TO_TL = {
-    "resid_pre": "hook_resid_pre",
-    "attn_out": "hook_attn_out",
-    "mlp_out": "hook_mlp_out",
-    "resid_post": "hook_resid_post",
-    "head_out": "attn.hook_z",
-    "q": "attn.hook_rot_q",
-    "k": "attn.hook_rot_k",
-    "v": "attn.hook_v",
-    "pattern_rows": "attn.hook_pattern",
-}
-
-# TL hook name under blocks.{layer}. -> interp kind: canonical names and the bridge's own aliases
-FROM_TL = {
-    "hook_resid_pre": "resid_pre",
-    "hook_in": "resid_pre",
-    "hook_attn_out": "attn_out",
-    "attn.hook_out": "attn_out",
-    "hook_mlp_out": "mlp_out",
-    "mlp.hook_out": "mlp_out",
-    "hook_resid_post": "resid_post",
-    "hook_out": "resid_post",
-    "attn.hook_z": "head_out",
-    "attn.o.hook_in": "head_out",
-    "attn.hook_rot_q": "q",
-    "attn.hook_rot_k": "k",
-    "attn.hook_v": "v",
-    "attn.v.hook_out": "v",
-    "attn.hook_pattern": "pattern_rows",
-}
-
-# the projections before RoPE: interp's q/k only where the model has no rotation
-PRE_ROPE = {"attn.hook_q": "q", "attn.q.hook_out": "q", "attn.hook_k": "k", "attn.k.hook_out": "k"}
-PRE_ROPE_NAME = {"q": "attn.hook_q", "k": "attn.hook_k"}
-
-# bridges that never fire hook_rot_q / hook_rot_k (TransformerLens 4.3: RoPE inside joint QKV)
-NO_ROT_HOOK_TYPES = ("gpt_neox",)
-MODULE_OUT = {"attn_out": "attn.hook_out", "mlp_out": "mlp.hook_out"}
-
-_NO_EQUIVALENT = {
-    "hook_resid_mid": "the residual between attention and MLP; interp has no resid_mid site: it is "
-                      "L{l}.resid_pre + L{l}.attn_out on pre-norm models (capture both and add them)",
-    "attn.hook_attn_scores": "pre-softmax attention scores; interp records the post-softmax rows "
-                             "(L{l}.pattern_rows, via interp.attention_rows)",
-    "attn.hook_result": "per-head outputs after W_O; capture L{l}.head_out (before W_O) and multiply by the "
-                        "head's slice of W_O (model.adapter.o_weight)",
-    "attn.hook_q": "the query projection before RoPE; interp's q is after RoPE (and QK-norm): use "
-                   "blocks.{l}.attn.hook_rot_q, or pass model= for a model without RoPE (GPT-2, BERT)",
-    "attn.hook_k": "the key projection before RoPE; interp's k is after RoPE (and QK-norm): use "
-                   "blocks.{l}.attn.hook_rot_k, or pass model= for a model without RoPE (GPT-2, BERT)",
-}
-_NO_EQUIVALENT["attn.q.hook_out"] = _NO_EQUIVALENT["attn.hook_q"]
-_NO_EQUIVALENT["attn.k.hook_out"] = _NO_EQUIVALENT["attn.hook_k"]
-
-_BLOCK_RE = re.compile(r"^blocks\.(\d+)\.(.+)$")
+looks_like_transformer_lens = looks_like_tl
 
 
-def _arch(model) -> tuple[str, bool] | None:
-    """(model_type, has RoPE) of an interp.Model, ModelSpec, HF model / config, TransformerBridge or
-    model_type string; None for None."""
+def _arch(model) -> TLArch | None:
+    """The TLArch of an interp.Model, ModelSpec, HF model / config, TransformerBridge or model_type string
+    (what its adapter says); None for None."""
     if model is None:
         return None
     spec = getattr(model, "spec", model)  # interp.Model -> ModelSpec
+    rope = None
     if hasattr(spec, "positional") and hasattr(spec, "model_type"):
-        return spec.model_type, spec.positional == "rope"
-    if isinstance(model, str):
+        model_type, rope = spec.model_type, spec.positional == "rope"
+    elif isinstance(model, str):
         model_type = model
     else:
         inner = getattr(model, "original_model", model)  # a TransformerBridge -> the HF model it wraps
@@ -115,16 +61,10 @@ def _arch(model) -> tuple[str, bool] | None:
         if not isinstance(model_type, str):
             raise InvalidInputError(f"model={model!r}: pass an interp.Model, a ModelSpec, an HF model or config, "
                                     "or a model_type string")
-    from ..adapters import adapter_class
+    from interp.models.adapters import adapter_class
 
-    return model_type, adapter_class(model_type).positional == "rope"
-
-
-def _post_norm(model_type: str) -> bool:
-    """Whether the architecture norms each sublayer's output before the residual add (its adapter says)."""
-    from ..adapters import adapter_class
-
-    return adapter_class(model_type).attn_out_norm_attr is not None
+    ad = adapter_class(model_type)
+    return TLArch(model_type, ad.positional == "rope" if rope is None else rope, ad.attn_out_norm_attr is not None)
 
 
 def _as_site(site) -> Site:
@@ -143,20 +83,7 @@ def to_transformer_lens(site: Site | str, model=None) -> str:
     model_type string) makes the name exact for architectures where the default map differs (see
     the module docstring); raises InvalidInputError where TransformerLens has no hook for the site.
     """
-    s = _as_site(site)
-    hook = TO_TL[s.kind]
-    arch = _arch(model)
-    if arch is not None:
-        model_type, rope = arch
-        if s.kind in ("q", "k") and not rope:
-            hook = PRE_ROPE_NAME[s.kind]
-        elif s.kind in ("q", "k") and model_type in NO_ROT_HOOK_TYPES:
-            raise InvalidInputError(
-                f"{s} on {model_type}: TransformerLens's bridge for {model_type} never fires "
-                f"attn.hook_rot_{s.kind} (RoPE is applied inside its joint-QKV attention) and its "
-                f"attn.hook_{s.kind} is before RoPE, so no TL hook records interp's post-RoPE {s.kind}; "
-                f"capture it with interp.Capture(['{s}'])")
-    return f"blocks.{s.layer}.{hook}"
+    return tl_hook_name(_as_site(site), _arch(model))
 
 
 def site_hook(site: Site | str, model=None) -> tuple[str, int | None]:
@@ -186,52 +113,30 @@ def from_transformer_lens(name: str, head: int | None = None, model=None) -> Sit
     """
     if not isinstance(name, str):
         raise InvalidInputError(f"bad TransformerLens hook name {name!r}: pass a string like 'blocks.3.hook_resid_pre'")
-    text = name.strip()
-    m = _BLOCK_RE.match(text)
-    if not m:
-        raise InvalidInputError(
-            f"TransformerLens hook {text!r} has no interp site: interp's sites live in the transformer blocks "
-            "(blocks.{l}.*); embeddings, the final norm and the unembedding are not sites (L0.resid_pre is the "
-            "first block's input, the last layer's resid_post the final norm's input)")
-    layer, rest = int(m.group(1)), m.group(2)
-    arch = _arch(model)
-    model_type, rope = arch if arch is not None else (None, True)
-    if rest in PRE_ROPE and not rope:
-        kind = PRE_ROPE[rest]
-    elif rest in PRE_ROPE and model_type in NO_ROT_HOOK_TYPES:
-        raise InvalidInputError(f"{text}: the {PRE_ROPE[rest]} projection before RoPE; interp's {PRE_ROPE[rest]} is "
-                                f"after RoPE, and TransformerLens's {model_type} bridge fires no post-RoPE hook; "
-                                f"capture interp's L{layer}.{PRE_ROPE[rest]}")
-    elif rest in FROM_TL:
-        kind = FROM_TL[rest]
-        if kind in ("q", "k") and arch is not None and not rope:
-            raise InvalidInputError(f"{text}: {model_type} has no RoPE, so TransformerLens has no {rest}; "
-                                    f"use blocks.{layer}.{PRE_ROPE_NAME[kind]}")
-        if kind in ("q", "k") and model_type in NO_ROT_HOOK_TYPES:
-            raise InvalidInputError(f"{text}: TransformerLens's {model_type} bridge never fires {rest} (RoPE is "
-                                    f"applied inside its joint-QKV attention); capture interp's L{layer}.{kind}")
-        if model_type is not None and rest in MODULE_OUT.values() and _post_norm(model_type):
-            sub = rest.split(".")[0]
-            raise InvalidInputError(
-                f"{text}: on {model_type} this is the {sub} module's output before the norm on the sublayer's "
-                f"output; interp's {kind} is the contribution to the residual after that norm: use "
-                f"blocks.{layer}.hook_{sub}_out for L{layer}.{kind}")
-    elif rest in _NO_EQUIVALENT:
-        raise InvalidInputError(f"TransformerLens hook {text!r} has no interp site: it is "
-                                + _NO_EQUIVALENT[rest].format(l=layer))
-    else:
-        raise InvalidInputError(
-            f"TransformerLens hook {text!r} has no interp site (norm, MLP-internal, split-input and RoPE-table "
-            f"hooks have none); mapped hooks under blocks.{layer}: {', '.join(sorted(FROM_TL))}")
-    if head is not None and not isinstance(head, int):
-        raise InvalidInputError(f"head must be an int, got {head!r}")
-    return Site(layer, kind, head)
+    return site_from_tl(name, head, _arch(model))
 
 
-def looks_like_transformer_lens(text: str) -> bool:
-    """Whether a site string is spelled the TransformerLens way (interp names never contain 'hook_')."""
-    t = text.strip()
-    return t.startswith("blocks.") or "hook_" in t
+def from_bridge(bridge, tokenizer=None, name: str | None = None):
+    """interp on the HF model a TransformerLens `TransformerBridge` wraps (an interp.Model).
+
+    The bridge rewires that HF model in place (its attention components recompute attention
+    themselves, so interp's interception point would never run), so this builds a plain
+    transformers module tree whose parameters and buffers are the bridge's own tensors (shared,
+    no copy; the bridge keeps working) and runs interp on it with the model's default attention
+    implementation: results equal interp's own load of the same weights. `tokenizer` defaults to a
+    copy of the bridge's (interp left-pads; the bridge's own stays as it is).
+
+    Raises UnsupportedModelError for a bridge whose weights were processed
+    (enable_compatibility_mode / process_weights), offloaded (meta) weights, or a HookedTransformer.
+    """
+    import copy
+
+    from interp.models.model import Model
+
+    hf = hf_from_bridge(bridge)
+    if tokenizer is None and getattr(bridge, "tokenizer", None) is not None:
+        tokenizer = copy.deepcopy(bridge.tokenizer)
+    return Model(hf, tokenizer=tokenizer, name=name, source="transformer_lens.TransformerBridge")
 
 
 # ---- the HF model behind a TransformerBridge -----------------------------------------------
@@ -272,7 +177,7 @@ def hf_from_bridge(bridge):
             "this TransformerBridge's weights were processed (enable_compatibility_mode() or process_weights(): "
             "LayerNorm folding / weight centering rewrite them), so they are no longer the HF model's weights; "
             "boot a fresh bridge, or use enable_compatibility_mode(no_processing=True)")
-    from ..adapters import adapter_class
+    from interp.models.adapters import adapter_class
 
     config = copy.deepcopy(hf.config)
     impl = adapter_class(config.model_type).default_attn_implementation_for(config)

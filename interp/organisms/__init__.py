@@ -6,7 +6,7 @@ Checkpoints are in ``data/organisms/<name>/``.  Importing this package does not
 import torch or transformers.
 """
 
-from ..corpus import (  # noqa: F401
+from interp.corpus import (  # noqa: F401
     HELDOUT_SEED_MAX,
     HELDOUT_SEED_MIN,
     heldout_seed,

@@ -42,8 +42,8 @@ def main(argv=None) -> int:
     b.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                    help="override one config field (a variant build), e.g. --set heads=16")
     b.add_argument("--recipe", choices=("v1", "v2"), default="v2",
-                   help="v2 (the bundled organisms): + random-id repeats and IOI documents, tiny-gpt2 to 1024 tokens "
-                   "(issue 17); v1: the first bundled organisms' recipes")
+                   help="v2 (the bundled organisms): + random-id repeats and IOI documents, tiny-gpt2 to 1024 tokens; "
+                   "v1: the base recipes without them (docs/organisms.md)")
     b.add_argument("--snapshots", action="store_true",
                    help="also save the model at the end of each curriculum phase")
     e = sub.add_parser("eval", help="measure NIAH recall, copy loss (corpus and random ids), IOI and control "
@@ -61,10 +61,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     command = "python -m interp.organisms " + " ".join(shlex.quote(a) for a in argv)
 
-    from .train import DATA_DIR, TOKENIZER_DIR
+    from interp.organisms.train import DATA_DIR, TOKENIZER_DIR
 
     if args.cmd == "tokenizer":
-        from .tokenizer import build_tokenizer, save_tokenizer, write_tokenizer_info
+        from interp.organisms.tokenizer import build_tokenizer, save_tokenizer, write_tokenizer_info
 
         out = Path(args.out) if args.out else TOKENIZER_DIR
         tok = build_tokenizer()
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
         print(f"tokenizer ({tok.get_vocab_size()} ids) -> {out}")
         return 0
     if args.cmd == "build":
-        from .train import config_with, train
+        from interp.organisms.train import config_with, train
 
         try:
             cfg = config_with(args.name, args.overrides, args.recipe)
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
               snapshots=args.snapshots)
         print(f"saved -> {out}")
         return 0
-    from .evaluate import evaluate
+    from interp.organisms.evaluate import evaluate
 
     path = Path(args.name)
     if not path.is_dir():
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
         print(f"error: no organism {args.name!r} (no config.json in {path}); built: {', '.join(built) or 'none'}; "
               "build one with `interp organisms build NAME`", file=sys.stderr)
         return 2
-    from .evaluate import CONTROL_DRAWS, IOI_PROMPTS
+    from interp.organisms.evaluate import CONTROL_DRAWS, IOI_PROMPTS
 
     res = evaluate(path, lengths=args.lengths, n_per_cell=args.n_per_cell, threads=args.threads,
                    write=not args.no_write, command=command,

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import torch
 from tokenizers import Tokenizer
 
-from ..corpus import DOC_BUILDERS, ioi_doc, train_rng
-from ..corpus.ioi import ioi_composed_doc, ioi_episodes, ioi_words_doc
-from .tokenizer import BOS, EOS, encode_pieces, token_counter
+from interp.corpus import DOC_BUILDERS, ioi_doc, train_rng
+from interp.corpus.ioi import ioi_composed_doc, ioi_episodes, ioi_words_doc
+from interp.organisms.tokenizer import BOS, EOS, encode_pieces, token_counter
 
 # Fraction of documents of each type (the first document of each sequence is
 # drawn from this mix; the space left after it is packed from the same mix).

@@ -12,7 +12,7 @@ in ``organism.json`` and re-renders the model card and the index README.
   torch seed) from the ids that occur in a held-out corpus sample; mean
   next-token loss on the first copy vs the second (both excluding their first
   token); the gap is first minus second, in nats.
-* Random-id copy (issue 17): the same measurement with ``RANDOM_ID_SEQS`` sequences of
+* Random-id copy: the same measurement with ``RANDOM_ID_SEQS`` sequences of
   ``RANDOM_ID_LEN`` ids drawn uniformly from ALL ids ``10 .. V-11`` (``V`` the vocabulary size; ids
   the corpus rarely or never uses), against the uniform loss ln(V - 20): a model that copies
   in-context tokens whatever they are has a large gap, and a first copy near uniform says it
@@ -41,8 +41,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .. import corpus
-from .tokenizer import load_tokenizer, token_counter
+from interp import corpus
+from interp.organisms.tokenizer import load_tokenizer, token_counter
 
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 MAX_NEW_TOKENS = 6
@@ -56,7 +56,7 @@ RANDOM_ID_MARGIN = 10  # ids MARGIN .. V-MARGIN-1: V - 2*MARGIN ids
 TARGET_RANDOM_ID_GAP = 3.0
 TARGET_RANDOM_ID_UNIFORM = 1.5  # |first-copy loss - ln(V - 20)| at most this
 IOI_PROMPTS = 192
-TARGET_IOI_LOGIT_DIFF = 2.0  # issue 17: held-out mean logit(IO) - logit(S) at least this ...
+TARGET_IOI_LOGIT_DIFF = 2.0  # the v2 target: held-out mean logit(IO) - logit(S) at least this ...
 TARGET_IOI_ACCURACY = 0.9  # ... and IO > S on at least this fraction (on at least one organism)
 TARGET_RETRIEVAL_FRACTION = 0.25  # retrieval heads fewer than this fraction of all heads
 TARGET_STRONG_CONTROLS = 3  # aim: at least this many distinct layer-matched sets writing >= CONTROL_MIN_REL
@@ -220,7 +220,7 @@ def _stats(x: list[float]) -> dict:
 def ioi_eval(model, tok, n: int = IOI_PROMPTS, seed: int = 0) -> dict:
     """IOI logit difference (IO - S at the last prompt token) and accuracy on held-out names x held-out
     templates (``interp.corpus.ioi``); also the probability on IO + S and on any corpus name there."""
-    from ..corpus.ioi import ioi_prompts, ioi_split
+    from interp.corpus.ioi import ioi_prompts, ioi_split
 
     sp = ioi_split()
 
@@ -266,15 +266,16 @@ def control_eval(path, max_len: int, draws: int = CONTROL_DRAWS, seed: int = 0, 
     """How strong the layer-matched random controls of `interp ablate --heads retrieval` are: the retrieval
     heads detected on the README's grid, `draws` layer-matched sets (seed `seed`), the distinct ones and
     how many write >= `min_rel` x the median head (`experiments.control_write_strength`)."""
-    from .. import loading
-    from ..experiments import NiahTask, control_write_strength, random_head_controls, resolve_heads, write_norms
-    from ..tasks.niah import NiahConfig, resolve_niah
+    from interp.models import loading
+    from interp.analyses.heads import resolve_heads
+    from interp.experiments import NiahTask, control_write_strength, random_head_controls, write_norms
+    from interp.tasks.niah import NiahConfig, resolve_niah
 
     m = loading.load_model(str(path))
     lengths = tuple(n for n in CONTROL_LENGTHS if n <= max_len) or (max_len,)
     if m.spec.positional == "learned" and m.spec.max_positions:
         # no position embedding past max_positions: leave the room NIAH's context check asks for the answer
-        from ..tasks.niah import DECODE_ROOM
+        from interp.tasks.niah import DECODE_ROOM
 
         lengths = tuple(sorted({min(n, m.spec.max_positions - DECODE_ROOM) for n in lengths}))
     niah = resolve_niah(m, NiahConfig(context_lengths=lengths, n_seeds=n_seeds))
@@ -299,8 +300,8 @@ def evaluate(path: str | Path, lengths: Sequence[int] | None = None,
              n_per_cell: int = 20, threads: int = 1, write: bool = True,
              command: str | None = None, log=print, ioi_prompts: int = IOI_PROMPTS,
              control_draws: int = CONTROL_DRAWS) -> dict:
-    from .card import write_card, write_index
-    from .train import DATA_DIR, INFO_FILE
+    from interp.organisms.card import write_card, write_index
+    from interp.organisms.train import DATA_DIR, INFO_FILE
 
     torch.set_num_threads(threads)
     path = Path(path)

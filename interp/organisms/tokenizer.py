@@ -30,7 +30,7 @@ from tokenizers import (
     trainers,
 )
 
-from ..corpus import sample_text
+from interp.corpus import sample_text
 
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"
 SPECIAL_TOKENS = [BOS, EOS, PAD]

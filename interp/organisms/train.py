@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .batches import ANSWER_WEIGHT, DEFAULT_MIX, WARM_MIX, Packer
-from .tokenizer import BOS, EOS, PAD, build_tokenizer, load_tokenizer, save_tokenizer
+from interp.organisms.batches import ANSWER_WEIGHT, DEFAULT_MIX, WARM_MIX, Packer
+from interp.organisms.tokenizer import BOS, EOS, PAD, build_tokenizer, load_tokenizer, save_tokenizer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO_ROOT / "data" / "organisms"
@@ -110,7 +110,7 @@ ORGANISMS: dict[str, OrganismConfig] = {
         seed=3,
     ),
 }
-# v2 recipes (issue 17): identical to v1 until the copy circuit has formed on corpus tokens (v1's answer
+# v2 recipes: identical to v1 until the copy circuit has formed on corpus tokens (v1's answer
 # accuracy jumps at step ~800 / ~1000 / ~400), then random-id repeats and IOI documents join the mix;
 # tiny-gpt2 is trained on to 1024 tokens, with half of the rows at random position offsets from its
 # 256-token phase on so that its learned position embeddings 256..1023 are trained too. tiny-gpt2 also has
@@ -120,7 +120,7 @@ ORGANISMS: dict[str, OrganismConfig] = {
 # tiny-llama has no IOI documents: with them (weight 0.2 from step 1100, the first v2 build) three more heads
 # (L1H1, L3H0, L3H1) join its copy circuit in the 1024-token phase, 5 of 16 retrieval heads, and it learned
 # IOI on its six train templates only (held-out accuracy 0.45); without them the circuit stays L2H0 + L2H1
-# (2 of 16) as in v1. tiny-qwen2 and tiny-gpt2 carry the IOI task (data/organisms/README.md, session 8).
+# (2 of 16) as in v1. tiny-qwen2 and tiny-gpt2 carry the IOI task (docs/organisms.md, "IOI").
 ORGANISMS_V2: dict[str, OrganismConfig] = {
     "tiny-qwen2": replace(ORGANISMS["tiny-qwen2"], id_repeats=0.15, id_repeats_from=800, ioi=2.0, ioi_from=800,
                           ioi_kind="ioi_composed", ioi_words=0.5, head_lasso_steps=800),
@@ -431,7 +431,7 @@ def train(
 
 
 def save_organism(model, tok, cfg: OrganismConfig, out_dir, training: dict) -> dict:
-    from .card import write_card, write_index
+    from interp.organisms.card import write_card, write_index
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

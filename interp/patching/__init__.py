@@ -5,10 +5,10 @@
     res.sites["head_out"].mean   # [layer][head], normalised: 0 = no effect, 1 = the clean value restored
 """
 
-from .attribution import run_attribution
-from .cells import GRID_SITES, CellPatch, Cells
-from .pairs import PatchPair, ioi_pairs, niah_pairs, read_pairs, repeated_pairs
-from .run import DIRECTIONS, METRICS, PatchingConfig, PatchingResult, SiteGrid, run_patching
+from interp.patching.attribution import run_attribution
+from interp.patching.cells import GRID_SITES, CellPatch, Cells
+from interp.patching.pairs import PatchPair, ioi_pairs, niah_pairs, read_pairs, repeated_pairs
+from interp.patching.run import DIRECTIONS, METRICS, PatchingConfig, PatchingResult, SiteGrid, run_patching
 
 __all__ = ["CellPatch", "Cells", "DIRECTIONS", "GRID_SITES", "METRICS", "PatchPair", "PatchingConfig",
            "PatchingResult", "SiteGrid", "ioi_pairs", "niah_pairs", "read_pairs", "repeated_pairs",

@@ -30,14 +30,14 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..errors import InvalidInputError
-from ..hooks.capture import Capture, _module_for
-from ..hooks.interception import SiteHook
-from ..hooks.interventions import Intervention
-from ..types import Site, SiteKind
-from .cells import GRID_SITES
-from .pairs import PatchPair
-from .run import (PatchingConfig, PatchingResult, SiteGrid, _metric, _nested, axis_tokens, check_gap, metric_name, run_patching,
+from interp.errors import InvalidInputError
+from interp.hooks.capture import Capture, _module_for
+from interp.hooks.interception import SiteHook
+from interp.hooks.interventions import Intervention
+from interp.sites import Site, SiteKind
+from interp.patching.cells import GRID_SITES
+from interp.patching.pairs import PatchPair
+from interp.patching.run import (PatchingConfig, PatchingResult, SiteGrid, _metric, _nested, axis_tokens, check_gap, metric_name, run_patching,
                   sides)
 
 METHODS = ("atp", "atp-qk")
@@ -129,7 +129,7 @@ def _base_run(model, batch, kinds: set[str], config, pairs, want_calls: bool) ->
 
 def _head_output(call, q_h, k_h, v_h) -> torch.Tensor:
     """Exact output of one head [b, s, d] from q_h [b, 1, s, d], k_h, v_h [b, 1, s, d] (the base run's mask)."""
-    from ..hooks.rows import compute_rows
+    from interp.hooks.rows import compute_rows
 
     b, _, s, _ = q_h.shape
     pos = torch.arange(s, device=q_h.device).expand(b, s)
@@ -178,9 +178,9 @@ def run_attribution(model, pairs: Sequence[PatchPair], config: PatchingConfig | 
     """Estimate every cell of `config.sites` by attribution patching, then check the estimate against
     exact patching on the `verify_top` cells with the largest |estimate| and `verify_sample` random
     other cells per site (0 and 0: no check). End-aligned positions only."""
-    from .. import stats
-    from ..provenance import provenance
-    from .run import _check_pairs
+    from interp import stats
+    from interp.runtime.provenance import provenance
+    from interp.patching.run import _check_pairs
 
     config = config or PatchingConfig()
     if method not in METHODS:

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import InvalidInputError
-from ..hooks.interception import SiteHook
-from ..hooks.interventions import Intervention
-from ..types import Site, SiteKind
+from interp.errors import InvalidInputError
+from interp.hooks.interception import SiteHook
+from interp.hooks.interventions import Intervention
+from interp.sites import Site, SiteKind
 
 # grid site -> (activation kind, cell axes)
 GRID_SITES = {
@@ -88,7 +88,7 @@ class CellPatch(Intervention):
     def site_hooks(self, model):
         if not self.kind.on_module:
             return []
-        from ..hooks.capture import _module_for
+        from interp.hooks.capture import _module_for
 
         return [SiteHook(_module_for(model, Site(l, self.kind.value)), self.kind.hook, self._module_fn(l), edits=True)
                 for l in self.by_layer]

@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InvalidInputError
+from interp.errors import InvalidInputError
 
 
 @dataclass
@@ -43,7 +43,7 @@ class PatchPair:
 def _single(tok, text: str, where: str, field: str) -> int:
     ids = tok(text, add_special_tokens=False)["input_ids"]
     if len(ids) != 1:
-        from ..experiments.tasks import token_split
+        from interp.experiments.tasks import token_split
 
         raise InvalidInputError(f"{where}: {field} {text!r} is {len(ids)} tokens for {token_split(tok, ids)}; the "
                                 "patching metric (logit difference) compares one answer token with one wrong token: "
@@ -54,8 +54,8 @@ def _single(tok, text: str, where: str, field: str) -> int:
 def read_pairs(path: str | Path, tokenizer) -> list[PatchPair]:
     """JSONL `{"clean": ..., "corrupt": ..., "answer": " X", "wrong": " Y"}` per line -> pairs (BOS added
     when the tokenizer adds one). Errors name the line (and both token counts on a length mismatch)."""
-    from ..tasks.jsonl import jsonl_records
-    from ..tasks.niah import _bos
+    from interp.tasks.jsonl import jsonl_records
+    from interp.tasks.niah import _bos
 
     if tokenizer is None:
         raise InvalidInputError("pair files need a tokenizer: this model was loaded without one")
@@ -80,8 +80,8 @@ def niah_pairs(tokenizer, niah_config, seed: int = 0) -> list[PatchPair]:
     """NIAH prompts (clean) and the same prompts with the needle's one-token value replaced by another
     code word (corrupt): answer = the clean value, wrong = the corrupt one. Everything else, including
     every position, is shared, so patching shows where the value is carried from the needle."""
-    from ..corpus import CODE_WORDS
-    from ..tasks.niah import build_niah
+    from interp.corpus import CODE_WORDS
+    from interp.tasks.niah import build_niah
 
     rng = random.Random(f"patch-niah/{seed}")
     pairs = []
@@ -117,7 +117,7 @@ def repeated_pairs(model, length: int = 20, n: int = 16, seed: int = 0, tokens="
     replaced by a token X not in R (corrupt: induction now predicts X). answer = R[j], wrong = X."""
     import torch
 
-    from ..tasks.repeated import bos_id, build_repeated, token_pool
+    from interp.tasks.repeated import bos_id, build_repeated, token_pool
 
     pool = token_pool(model, tokens)
     bos = bos_id(model)
@@ -154,8 +154,8 @@ def ioi_pairs(tokenizer, n: int = 32, seed: int = 0, split: str = "heldout") -> 
     wrong = the corrupt prompt's indirect object (the name that replaced it). The anchor is the indirect
     object's mention in the first clause; `info` records the names, order, template and the positions
     (from the end) of the IO and S mentions."""
-    from ..corpus.ioi import ioi_prompts, ioi_split, render
-    from ..tasks.niah import _bos
+    from interp.corpus.ioi import ioi_prompts, ioi_split, render
+    from interp.tasks.niah import _bos
 
     if tokenizer is None:
         raise InvalidInputError("the ioi task needs a tokenizer: this model was loaded without one")

@@ -25,12 +25,12 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..errors import InvalidInputError
-from ..hooks.capture import Capture
-from ..hooks.interventions import Intervention
-from ..types import Site, as_heads
-from .pairs import PatchPair
-from .run import PatchingConfig, _check_pairs, _metric, check_gap, metric_name, sides
+from interp.errors import InvalidInputError
+from interp.hooks.capture import Capture
+from interp.hooks.interventions import Intervention
+from interp.sites import Site, as_heads
+from interp.patching.pairs import PatchPair
+from interp.patching.run import PatchingConfig, _check_pairs, _metric, check_gap, metric_name, sides
 
 VIAS = ("q", "k", "v", "logits")
 
@@ -104,8 +104,8 @@ class PathResult:
 def run_path_patching(model, pairs: Sequence[PatchPair], senders, receivers=(), via: str = "k",
                       config: PatchingConfig | None = None) -> PathResult:
     """Effect of each sender (and of all together) through `receivers` via q/k/v, or directly on the logits."""
-    from .. import stats
-    from ..provenance import provenance
+    from interp import stats
+    from interp.runtime.provenance import provenance
 
     config = config or PatchingConfig()
     pairs = list(pairs)

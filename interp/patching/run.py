@@ -35,11 +35,11 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from ..distributed import fingerprint, map_units
-from ..errors import InvalidInputError
-from ..types import Site
-from .cells import GRID_SITES, CellPatch, Cells, check_sites
-from .pairs import PatchPair
+from interp.runtime.distributed import fingerprint, map_units
+from interp.errors import InvalidInputError
+from interp.sites import Site
+from interp.patching.cells import GRID_SITES, CellPatch, Cells, check_sites
+from interp.patching.pairs import PatchPair
 
 DIRECTIONS = ("denoising", "noising")
 ALIGNS = ("end", "anchor")
@@ -208,7 +208,7 @@ def _metric(config, logits: torch.Tensor, pairs: Sequence[PatchPair]) -> np.ndar
 
 def _capture_run(model, donor_batch, sites: tuple[str, ...]) -> dict[str, dict[int, torch.Tensor]]:
     """One run of `batch` capturing every kind `sites` needs: ({kind: {layer: [P, T, ...]}}, last-position logits)."""
-    from ..hooks.capture import Capture
+    from interp.hooks.capture import Capture
 
     kinds = sorted({GRID_SITES[s][0].value for s in sites})
     cap_sites = [Site(l, k) for k in kinds for l in range(model.spec.n_layers)]
@@ -280,8 +280,8 @@ def planned_rows(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
 def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | None = None,
                  progress: Callable[[int], None] | None = None) -> PatchingResult:
     """Patch every cell of every `config.sites` grid (see the module docstring)."""
-    from .. import stats
-    from ..provenance import provenance
+    from interp import stats
+    from interp.runtime.provenance import provenance
 
     config = config or PatchingConfig()
     pairs = list(pairs)
@@ -382,7 +382,7 @@ def check_gap(gap: np.ndarray, metric: str) -> None:
     every normalised value divides by that gap, so the grid is noise (e.g. a task the model cannot do)."""
     import warnings
 
-    from ..errors import InterpWarning
+    from interp.errors import InterpWarning
 
     med = float(np.median(np.abs(gap)))
     if med < WEAK_GAP:

@@ -10,8 +10,8 @@ components of pos[t]. With a model: per-head structure (fixed offsets, sinks) vs
 match) classification. Everything is streamed from the store (see layer.py).
 """
 
-from .heads import HeadConfig, HeadResult, classify_heads
-from .run import ProbeConfig, ProbeResult, probe_sites, probe_steps, run_probes
+from interp.probes.heads import HeadConfig, HeadResult, classify_heads
+from interp.probes.run import ProbeConfig, ProbeResult, probe_sites, probe_steps, run_probes
 
 __all__ = ["HeadConfig", "HeadResult", "ProbeConfig", "ProbeResult", "classify_heads", "probe_sites", "probe_steps",
            "run_probes"]

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..errors import InvalidInputError
+from interp.errors import InvalidInputError
 
 GROUPS = {"offset": "structure", "sink": "structure", "content": "semantic", "mixed": "mixed"}
 
@@ -53,7 +53,7 @@ class HeadResult:
 
     def to_frame(self):
         """One row per head: its class and the scores behind it."""
-        from ..tables import records_frame
+        from interp.figures.tables import records_frame
 
         return records_frame(self.heads, model=self.model)
 
@@ -67,7 +67,7 @@ def repeated_prompts(tokenizer, cfg: HeadConfig) -> list[tuple[np.ndarray, np.nd
     """(token ids, special mask) of `n_prompts` passages written twice, truncated to max_length."""
     import random
 
-    from ..corpus import heldout_seed, make_haystack
+    from interp.corpus import heldout_seed, make_haystack
 
     out = []
     for i in range(cfg.n_prompts):
@@ -92,7 +92,7 @@ def _match_mask(tok: np.ndarray, special: np.ndarray, window: int, causal: bool)
 
 
 def classify_heads(model, config: HeadConfig | None = None) -> HeadResult:
-    from ..hooks.rows import attention_rows
+    from interp.hooks.rows import attention_rows
 
     cfg = config or HeadConfig()
     if model.tokenizer is None:

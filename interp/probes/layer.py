@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from .linear import (Moments, fit_ridge_groups, orthonormal_basis, principal_angles, r2,
+from interp.probes.linear import (Moments, fit_ridge_groups, orthonormal_basis, principal_angles, r2,
                      random_angle_baseline)
 
 TRAIN, VAL, TEST = 0, 1, 2

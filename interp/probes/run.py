@@ -7,9 +7,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..errors import InvalidInputError
-from ..types import RESID_KINDS
-from .layer import TEST, TRAIN, VAL, LayerStats, cached_baseline
+from interp.errors import InvalidInputError
+from interp.sites import RESID_KINDS
+from interp.probes.layer import TEST, TRAIN, VAL, LayerStats, cached_baseline
 
 
 @dataclass
@@ -55,13 +55,13 @@ class ProbeResult:
 
     def to_frame(self):
         """One row per probed site: its scalar results (R^2, accuracies, angles, baselines) as columns."""
-        from ..tables import records_frame
+        from interp.figures.tables import records_frame
 
         return records_frame(self.layers, model=self.model)
 
 
 def site_depth(site: str) -> float:
-    from ..types import Site
+    from interp.sites import Site
 
     s = Site.parse(site)
     return s.layer + (1 if s.kind == "resid_post" else 0) + (0.5 if s.kind not in RESID_KINDS else 0)
@@ -69,7 +69,7 @@ def site_depth(site: str) -> float:
 
 def probe_sites(store, sites: Sequence[str] | None = None) -> list[str]:
     """The store's residual sites in depth order (one per depth), or the given sites (checked)."""
-    from ..types import Site
+    from interp.sites import Site
 
     if sites:
         for s in sites:
@@ -178,7 +178,7 @@ def run_probes(store, config: ProbeConfig | None = None, model=None,
     then its heads are classified (structure vs semantic; `config.heads`).
     `progress(n)` advances by chunks processed (total: `probe_steps(store, config)`).
     """
-    from ..store import ActivationStore
+    from interp.store import ActivationStore
 
     cfg = config or ProbeConfig()
     if not isinstance(store, ActivationStore):
@@ -201,12 +201,12 @@ def run_probes(store, config: ProbeConfig | None = None, model=None,
         layers.append({"site": site, "depth": site_depth(site), **ls.results(cfg, baseline)})
     heads = None
     if model is not None and cfg.heads:
-        from .heads import HeadConfig, classify_heads
+        from interp.probes.heads import HeadConfig, classify_heads
 
         heads = classify_heads(model, HeadConfig(seed=cfg.seed)).to_dict()
     prov = {}
     if model is not None:
-        from ..provenance import provenance
+        from interp.runtime.provenance import provenance
 
         prov = provenance(model)
     m = store.manifest

@@ -32,11 +32,11 @@ Where scipy is used and where not
   (scipy's bootstrap runs one statistic at a time; a grid has thousands of cells).
 """
 
-from ._common import BCA_MAX_N, EXACT_SIGN_FLIP_MAX_N
-from .grid import GridEstimate, column_mean_ci
-from .heads import MatchedDraws, matched_random_heads, threshold_sweep
-from .paired import Estimate, PairedComparison, cohens_d, mean_ci, paired_diff, sets_mean_ci
-from .permutation import PermutationResult, layer_clustered_permutation
+from interp.stats._common import BCA_MAX_N, EXACT_SIGN_FLIP_MAX_N
+from interp.stats.grid import GridEstimate, column_mean_ci
+from interp.stats.heads import MatchedDraws, matched_random_heads, threshold_sweep
+from interp.stats.paired import Estimate, PairedComparison, cohens_d, mean_ci, paired_diff, sets_mean_ci
+from interp.stats.permutation import PermutationResult, layer_clustered_permutation
 
 __all__ = ["BCA_MAX_N", "EXACT_SIGN_FLIP_MAX_N", "Estimate", "GridEstimate", "column_mean_ci", "MatchedDraws", "PairedComparison", "PermutationResult",
            "cohens_d", "layer_clustered_permutation", "matched_random_heads", "mean_ci", "paired_diff",

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as _sps
 
-from ..errors import InvalidInputError
+from interp.errors import InvalidInputError
 
 #: `paired_diff` enumerates all 2**n sign patterns exactly when n is at most this.
 EXACT_SIGN_FLIP_MAX_N = 16

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._common import _check_count, _check_level, _check_seed
+from interp.stats._common import _check_count, _check_level, _check_seed
 
 
 @dataclass(frozen=True)

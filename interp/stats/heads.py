@@ -10,8 +10,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ..errors import InvalidInputError
-from ._common import (_ToDict, _check_seed, _check_count)  # noqa: F401
+from interp.errors import InvalidInputError
+from interp.stats._common import (_ToDict, _check_seed, _check_count)  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def _as_pair(h: Any, n_layers: int, n_heads: int, what: str) -> tuple[int, int]:
     if hasattr(h, "layer") and hasattr(h, "head"):
         pair = (h.layer, h.head)
     elif isinstance(h, str):
-        from ..types import HeadId
+        from interp.sites import HeadId
 
         hid = HeadId.parse(h)
         pair = (hid.layer, hid.head)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InvalidInputError
-from ._common import (EXACT_SIGN_FLIP_MAX_N, BCA_MAX_N, _BATCH_ELEMS, _ToDict, _check_seed, _check_count, _check_level, _as_1d, _is_constant, _bootstrap_mean_ci, _std_effect)  # noqa: F401
+from interp.errors import InvalidInputError
+from interp.stats._common import (EXACT_SIGN_FLIP_MAX_N, BCA_MAX_N, _BATCH_ELEMS, _ToDict, _check_seed, _check_count, _check_level, _as_1d, _is_constant, _bootstrap_mean_ci, _std_effect)  # noqa: F401
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import InvalidInputError
-from ._common import (_BATCH_ELEMS, _ToDict, _check_seed, _check_count)  # noqa: F401
+from interp.errors import InvalidInputError
+from interp.stats._common import (_BATCH_ELEMS, _ToDict, _check_seed, _check_count)  # noqa: F401
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,12 @@
 Format and guarantees: see format.py (layout), writer.py (crash safety, resume, single writer).
 """
 
-from .cache import SITE_GROUPS, CacheConfig, cache_activations, model_identity, resolve_sites
-from .data import CorpusData, TextData, TextFile, TextList, as_data
-from .format import StoreCorruptError, StoreError, StoreLockedError, StoreMismatchError
-from .labels import CATEGORIES
-from .reader import ActivationStore, open_store
-from .writer import StoreWriter
+from interp.store.cache import SITE_GROUPS, CacheConfig, cache_activations, model_identity, resolve_sites
+from interp.store.data import CorpusData, TextData, TextFile, TextList, as_data
+from interp.store.format import StoreCorruptError, StoreError, StoreLockedError, StoreMismatchError
+from interp.store.labels import CATEGORIES
+from interp.store.reader import ActivationStore, open_store
+from interp.store.writer import StoreWriter
 
 __all__ = ["ActivationStore", "CATEGORIES", "CacheConfig", "CorpusData", "SITE_GROUPS", "StoreCorruptError",
            "StoreError", "StoreLockedError", "StoreMismatchError", "StoreWriter", "TextData", "TextFile", "TextList",

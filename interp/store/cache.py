@@ -11,12 +11,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..errors import InvalidInputError
-from ..types import CAPTURE_KINDS, Site, SiteKind
-from .data import as_data
-from .format import STORE_DTYPES
-from .reader import ActivationStore
-from .writer import StoreWriter
+from interp.errors import InvalidInputError
+from interp.sites import CAPTURE_KINDS, Site, SiteKind
+from interp.store.data import as_data
+from interp.store.format import STORE_DTYPES
+from interp.runtime.provenance import model_identity
+from interp.store.reader import ActivationStore
+from interp.store.writer import StoreWriter
 
 SITE_GROUPS = ("resid",) + CAPTURE_KINDS  # "resid", then every kind that can be cached
 META = ("tokens", "positions", "seq", "special", "category")
@@ -97,36 +98,6 @@ def site_shape(spec, s: Site) -> tuple[int, ...]:
     return SiteKind(s.kind).token_shape(spec, s.head)
 
 
-def _sample_hash(hf) -> str:
-    """Hash of every parameter's name, shape, dtype and a strided sample of its values (fast on 7B)."""
-    import torch
-
-    h = hashlib.sha256()
-    for name, p in hf.state_dict().items():
-        h.update(f"{name}{tuple(p.shape)}{p.dtype}".encode())
-        flat = p.detach().reshape(-1)
-        step = max(1, flat.numel() // 65536)
-        h.update(flat[::step].to("cpu", torch.float32).numpy().tobytes())
-    return h.hexdigest()
-
-
-def model_identity(model) -> dict:
-    """Name, source, architecture and a weights id: the files' fingerprint for a local checkpoint,
-    else a hash of sampled parameter values."""
-    from ..provenance import weights_fingerprint
-
-    fp = weights_fingerprint(model.source)
-    if fp.get("kind") == "not a local directory" or not fp:
-        fp = {"parameter_sample_sha256": _sample_hash(model.hf)}
-    wid = hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]
-    spec = model.spec
-    out = {"name": model.name, "source": model.source, "architecture": spec.architecture, "id": wid, "weights": fp,
-           "n_layers": spec.n_layers, "n_heads": spec.n_heads, "n_kv_heads": spec.n_kv_heads,
-           "head_dim": spec.head_dim, "d_model": spec.d_model, "causal": spec.causal, "positional": spec.positional,
-           "dtype": str(next(model.hf.parameters()).dtype).replace("torch.", "")}
-    return out
-
-
 def tokenizer_identity(tok) -> dict:
     vocab = json.dumps(sorted(tok.get_vocab().items()), ensure_ascii=False).encode()
     return {"name": getattr(tok, "name_or_path", None), "class": type(tok).__name__,
@@ -134,7 +105,7 @@ def tokenizer_identity(tok) -> dict:
 
 
 def _tokenize(tok, texts: list[str], cfg: CacheConfig):
-    from .labels import token_categories
+    from interp.store.labels import token_categories
 
     enc = tok(texts, truncation=True, max_length=cfg.max_length, add_special_tokens=cfg.add_special_tokens,
               return_offsets_mapping=True, return_special_tokens_mask=True)
@@ -149,7 +120,7 @@ def _tokenize(tok, texts: list[str], cfg: CacheConfig):
 def _run_batch(model, sites: list[Site], seqs, seq0: int, dtype: str) -> dict:
     import torch
 
-    from ..hooks.capture import Capture
+    from interp.hooks.capture import Capture
 
     batch = model.pad([s[0] for s in seqs])
     rows = {"tokens": np.concatenate([s[0] for s in seqs]).astype(np.int32),
@@ -246,7 +217,7 @@ def cache_activations(model, data=None, out=None, config: CacheConfig | None = N
     """
     import torch
 
-    from .. import distributed
+    from interp.runtime import distributed
 
     cfg = config or CacheConfig()
     if out is None:
@@ -264,8 +235,8 @@ def cache_activations(model, data=None, out=None, config: CacheConfig | None = N
                 "dataset_sha256": dataset["sha256"], "n_sequences": dataset["n_sequences"], "sites": list(site_meta),
                 "dtype": cfg.dtype, "max_length": cfg.max_length, "batch_size": cfg.batch_size,
                 "shard_sequences": cfg.shard_sequences, "add_special_tokens": cfg.add_special_tokens}
-    from ..provenance import package_versions
-    from .labels import CATEGORIES
+    from interp.runtime.provenance import package_versions
+    from interp.store.labels import CATEGORIES
 
     header = {"identity": identity, "model": mid, "tokenizer": tid, "dataset": dataset, "sites": site_meta,
               "meta": list(META), "categories": list(CATEGORIES), "config": asdict(cfg), "packages": package_versions()}

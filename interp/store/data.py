@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from ..errors import InvalidInputError
+from interp.errors import InvalidInputError
 
 
 class TextData:
@@ -65,7 +65,7 @@ class CorpusData(TextData):
     def texts(self) -> Iterator[str]:
         """Yield the `n_sequences` texts lazily: text i is `n_sentences` sentences of its held-out seed
         (the same texts on every run)."""
-        from ..corpus import heldout_seed, make_haystack
+        from interp.corpus import heldout_seed, make_haystack
 
         for i in range(self.n_sequences):
             yield make_haystack(self.n_sentences, rng=heldout_seed(self.seed * 10**6 + i))
@@ -87,7 +87,7 @@ class TextFile(TextData):
     limit: int | None = None
 
     def __post_init__(self):
-        from ..tasks.jsonl import read_user_text
+        from interp.tasks.jsonl import read_user_text
 
         read_user_text(self.path, "--data file")  # missing, a folder, not UTF-8: refused before any caching
         p = Path(self.path)

@@ -55,7 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InterpError
+from interp.errors import InterpError
 
 FORMAT = "interp-activation-store"
 VERSION = 2

@@ -16,7 +16,7 @@ _WORD_RE = re.compile(r"[A-Za-z]+|[0-9]+|[^\sA-Za-z0-9]")
 
 
 def _lexicon() -> dict[str, int]:
-    from .. import corpus as c
+    from interp import corpus as c
 
     lex: dict[str, int] = {}
     for words, cat in ((c.NAMES, NAME), (c.ADJECTIVES, ADJECTIVE), (c.NOUNS, NOUN), (c.VERBS, VERB),

@@ -7,8 +7,8 @@ from typing import Iterator
 
 import numpy as np
 
-from ..errors import InvalidInputError
-from .format import (META_ARRAYS, REWRITE, SHARDS, StoreCorruptError, StoreMismatchError, check_file_checksum,
+from interp.errors import InvalidInputError
+from interp.store.format import (META_ARRAYS, REWRITE, SHARDS, StoreCorruptError, StoreMismatchError, check_file_checksum,
                      check_shard_checksums, check_shard_files, read_manifest)
 
 
@@ -90,7 +90,7 @@ class ActivationStore:
 
     def check_model(self, model) -> None:
         """Raise StoreMismatchError unless `model` (an interp.Model) is the model that wrote the store."""
-        from .cache import model_identity
+        from interp.runtime.provenance import model_identity
 
         mine = model_identity(model)
         theirs = self.model

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .format import (CHECKSUM_ALGO, FORMAT, MANIFEST, META_ARRAYS, SHARDS, VERSION, Checksum, StoreCorruptError,
+from interp.store.format import (CHECKSUM_ALGO, FORMAT, MANIFEST, META_ARRAYS, SHARDS, VERSION, Checksum, StoreCorruptError,
                      StoreError, StoreMismatchError, WriterLock, check_shard_checksums, fsync_dir, npy_bytes,
                      npy_header, read_manifest, shard_name, write_manifest)
 
@@ -82,7 +82,11 @@ class StoreWriter:
             if _CHECKSUM_THREAD:
                 self._hasher = ThreadPoolExecutor(1, thread_name_prefix="interp-store-checksum")
             return self
-        p.mkdir(parents=True, exist_ok=True)
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create the store folder {p} ({e.strerror or e}); choose a writable "
+                             "location") from None
         self.lock.acquire()
         try:
             self._open_existing()

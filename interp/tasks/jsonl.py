@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import InvalidInputError
+from interp.errors import InvalidInputError
 
 
 def read_user_text(path: str | Path, what: str) -> str:

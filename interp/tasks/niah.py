@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import InvalidInputError
+from interp.errors import InvalidInputError
 
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 NEEDLE_SOURCES = ("corpus", "standard")  # the built-in needle sets (module docstring)
@@ -117,7 +117,7 @@ def _bos(tok) -> list[int]:
 
 
 def _load_needles(path: str) -> list[dict]:
-    from .jsonl import jsonl_records
+    from interp.tasks.jsonl import jsonl_records
 
     out = []
     for where, obj in jsonl_records(path, "needles file"):
@@ -170,7 +170,7 @@ def haystack_files(path: str | Path) -> list[Path]:
 def read_haystack(path: str | Path) -> str:
     """A haystack's text: the file, or a directory's .txt files (`haystack_files`) joined by blank lines.
     Every file is read with `read_user_text` (missing, a folder, not UTF-8: an error naming the file)."""
-    from .jsonl import read_user_text
+    from interp.tasks.jsonl import read_user_text
 
     return "\n\n".join(read_user_text(f, "haystack file") for f in haystack_files(path))
 
@@ -203,7 +203,7 @@ def _check_needles(needles: list[dict], config: "NiahConfig", label: str) -> Non
                                    "add needles"))
     import warnings
 
-    from ..errors import InterpWarning
+    from interp.errors import InterpWarning
 
     warnings.warn(InterpWarning(f"{msg}: needles repeat across seeds (the prompts differ only in the corpus "
                                 "haystack)"), stacklevel=3)
@@ -234,7 +234,7 @@ def _fill_words(word_ids: list[list[int]], room: int) -> list[int]:
 
 
 def _corpus_needle(seed: int) -> dict:
-    from ..corpus import make_needle_full
+    from interp.corpus import make_needle_full
 
     n = make_needle_full(random.Random(seed))
     return {"needle": n.sentence, "question": n.question, "answer": n.answer}
@@ -247,7 +247,7 @@ def trained_on_corpus(model) -> bool:
     src = getattr(model, "source", None)
     if not src:
         return False
-    from ..loading import bundled_models
+    from interp.models.loading import bundled_models
 
     try:
         p = Path(src)
@@ -271,7 +271,7 @@ def resolve_niah(model, config: NiahConfig | None = None) -> NiahConfig:
 
 
 def _corpus_sentences(seed: int):
-    from ..corpus import make_sentence
+    from interp.corpus import make_sentence
 
     r = random.Random(f"niah-haystack/{seed}")
     while True:
@@ -303,11 +303,39 @@ def check_context(spec, config: NiahConfig) -> list[str]:
             "the model was not trained there"]
 
 
+def niah_for_model(m, niah, decode: bool = True):
+    """The NIAH grid for the model, checked before any decoding: the needles picked from the model when
+    --needles is not given (`tasks.niah.resolve_niah`: the corpus's for the organisms, the standard ones for
+    every other model); refused (an encoder, no tokenizer, or past learned positions, with the NIAH --lengths
+    that would fit; an encoder only where the prompts are decoded), or warned once past a RoPE model's trained length (the model's own check: an
+    InterpWarning, printed and recorded in run.json). Returns the grid to use; `fallback_note` says when the
+    corpus haystack stands in for real text."""
+    if m.tokenizer is None:
+        raise InvalidInputError("NIAH needs a tokenizer: this model was loaded without one")
+    if decode and not m.spec.causal:
+        raise InvalidInputError(f"{m.spec.architecture} is an encoder; it cannot decode")
+    niah = resolve_niah(m, niah)
+    if check_context(m.spec, niah):  # past the trained length: say it now, not at the first forward pass
+        m.check_positions(max(niah.context_lengths) + (niah.max_new_tokens or 8))
+    return niah
+
+
+def fallback_note(model, niah) -> str | None:
+    """When the corpus haystack stands in for real text (standard needles, no haystack file): what the
+    model has to do with that corpus, and how to pass real text; None otherwise."""
+    if not niah.haystack_fallback:
+        return None
+    seen = (f"{model.name} was trained on this corpus (an organism), with the standard needles in it" if
+            trained_on_corpus(model) else f"{model.name} was not trained on it; needles: {niah.needles}")
+    return (f"the NIAH haystack is interp's synthetic corpus, an offline fallback ({seen}): pass --haystack FILE "
+            "or a directory of .txt files for real long text")
+
+
 def build_niah(tokenizer, config: NiahConfig) -> list[NiahSample]:
     """All samples of a NIAH grid, ordered by (context_length, depth, seed)."""
     if tokenizer is None:
         raise InvalidInputError("NIAH needs a tokenizer: this model was loaded without one")
-    from .needles import STANDARD_NEEDLES, standard_needle
+    from interp.tasks.needles import STANDARD_NEEDLES, standard_needle
 
     tok = tokenizer
     bos = _bos(tok)

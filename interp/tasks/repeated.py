@@ -15,7 +15,7 @@ from typing import Sequence
 
 import torch
 
-from ..errors import InvalidInputError
+from interp.errors import InvalidInputError
 
 TOKEN_SOURCES = ("auto", "vocab", "corpus")
 
@@ -124,7 +124,7 @@ def token_pool(model, source: str | Sequence[int] = "auto", n_docs: int = 200) -
     if kind == "corpus":
         if model.tokenizer is None:
             raise InvalidInputError("token source 'corpus' needs a tokenizer; pass token ids or use 'vocab'")
-        from .. import corpus
+        from interp import corpus
 
         seen: set[int] = set()
         for i in range(n_docs):

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import torch
 
-from ..errors import InvalidInputError
+from interp.errors import InvalidInputError
 
 CORPUS_OFFSET = 700_000  # held-out seed index range used here (NIAH and the organism evals use others)
 
@@ -25,7 +25,7 @@ def text_windows(model, n_texts: int, seq_len: int, seed: int = 0, texts: Sequen
         raise InvalidInputError("need n_texts >= 2 and seq_len >= 8")
     rows = []
     if texts is None:
-        from .. import corpus
+        from interp import corpus
 
         docs = (corpus.sample_text(corpus.heldout_seed(CORPUS_OFFSET + 10_000 * seed + i), 1)[0]
                 for i in range(20 * n_texts))
@@ -45,7 +45,7 @@ def text_windows(model, n_texts: int, seq_len: int, seed: int = 0, texts: Sequen
 
 def read_documents(path: str) -> list[str]:
     """Documents of a plain-text file, separated by blank lines."""
-    from .jsonl import read_user_text
+    from interp.tasks.jsonl import read_user_text
 
     docs = [d.strip() for d in read_user_text(path, "texts file").split("\n\n")]
     return [d for d in docs if d]
@@ -55,7 +55,7 @@ def corpus_passages(tokenizer, n_texts: int, n_tokens: int, key: str) -> list[li
     """`n_texts` passages of exactly `n_tokens` ids ([BOS] + corpus sentences), seeded by `key`."""
     import random
 
-    from ..corpus import make_sentence
+    from interp.corpus import make_sentence
 
     if tokenizer is None:
         raise InvalidInputError("this analysis needs a tokenizer to encode corpus text")

@@ -1,0 +1,121 @@
+"""The detect -> select -> experiment pipeline as one library call.
+
+`prepare_experiment` turns a model, a head specification (`"retrieval"`, `"induction"`, `"random"`, a
+file, `"L3H1,L5H0"`) and a task (the NIAH grid, or a `PromptTask`) into a `HeadExperiment`: the prompts,
+built once, and the heads with where they came from (a saved detection, or one run now on the same
+prompts). `ablate` and `rope_zero` run the experiments on it; `interp ablate` / `interp rope-zero` and
+notebooks call the same functions:
+
+    import interp
+    from interp.analyses import pipeline
+
+    model = interp.load_model("tiny-llama")
+    res = pipeline.ablate(model, "retrieval", niah=interp.NiahConfig(context_lengths=(512,), n_seeds=2))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from interp.analyses.heads import HeadSelection, SavedDetection, resolve_heads
+
+
+@dataclass
+class HeadExperiment:
+    """What a head experiment runs on: `samples` (NIAH prompts, built once) or `task` (a PromptTask), and
+    the heads (`selection`: heads, source, the detection's summary; the detector's result and prompts when
+    it ran now)."""
+
+    model_name: str
+    niah: object | None  # the NiahConfig resolved for the model (None with a PromptTask)
+    samples: list | None
+    task: object | None
+    selection: HeadSelection
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def heads(self):
+        return self.selection.heads
+
+    @property
+    def source(self) -> str:
+        return self.selection.source
+
+    @property
+    def detection(self) -> dict | None:
+        return self.selection.detection
+
+    @property
+    def detected_now(self) -> bool:
+        """A retrieval detection ran in this call (its result and prompts are `selection.detector_*`)."""
+        return self.selection.detector_samples is not None
+
+    @property
+    def n_prompts(self) -> int:
+        return len(self.samples) if self.task is None else self.task.n
+
+
+def prepare_experiment(model, heads="retrieval", *, niah=None, task=None,
+                       from_dir: str | SavedDetection | None = None, threshold: float = 0.1, seed: int = 0,
+                       n_heads: int | None = None, batch_size: int = 8, progress: Callable[[int], None] | None = None,
+                       on_prompts: Callable[[object], None] | None = None, prompts: bool = True) -> HeadExperiment:
+    """The prompts and heads of an experiment, in the order that fails cheapest first.
+
+    `niah` (a NiahConfig, default grid) is the task unless `task` (a PromptTask) is given; NIAH prompts are
+    checked against the model (`tasks.niah.niah_for_model`) and built once: a retrieval detection run now
+    (`heads="retrieval"` without `from_dir`) scores the same prompts. `on_prompts(niah)` is called once
+    they are built (the CLI prints its haystack note there); `progress(n)` advances per detection prompt.
+    `prompts=False`: the experiment brings its own inputs (rope-profile's corpus passages); NIAH prompts are
+    built only for a detection run now.
+    """
+    from interp.tasks.niah import build_niah, fallback_note, niah_for_model
+
+    samples, notes = None, []
+    detecting = heads == "retrieval" and not from_dir
+    if task is None and (prompts or detecting):
+        niah = niah_for_model(model, niah)
+        samples = build_niah(model.tokenizer, niah)  # refused prompts fail before a detection
+        note = fallback_note(model, niah)
+        if note:
+            notes.append(note)
+        if on_prompts is not None:
+            on_prompts(niah)
+    elif detecting:  # a PromptTask experiment whose heads are detected on NIAH (prompts built by the detector)
+        niah = niah_for_model(model, niah)
+    sel = resolve_heads(heads, model, niah=niah, samples=samples if detecting else None, threshold=threshold,
+                        from_dir=from_dir, batch_size=batch_size, seed=seed, n_heads=n_heads,
+                        progress=progress if detecting else None)
+    return HeadExperiment(model.name, niah, samples, task, sel, notes)
+
+
+def ablate(model, heads="retrieval", *, niah=None, task=None, from_dir=None, threshold: float = 0.1,
+           mode: str = "zero", decode_only: bool = False, draws: int = 3, random_pool: str = "layer",
+           seed: int = 0, batch_size: int = 8, experiment: HeadExperiment | None = None, progress=None):
+    """Mask the selected heads against matched random heads (interp.analyses.ablation) on NIAH or `task`.
+    `experiment`: a HeadExperiment prepared already (else `prepare_experiment` with these arguments)."""
+    from interp.analyses.ablation import AblationConfig, run_ablation
+
+    exp = experiment or prepare_experiment(model, heads, niah=niah, task=task, from_dir=from_dir, threshold=threshold,
+                                           seed=seed, batch_size=batch_size)
+    kw = {} if exp.niah is None else {"niah": exp.niah}
+    cfg = AblationConfig(heads=tuple(exp.heads), mode=mode, decode_only=decode_only, draws=draws, seed=seed,
+                         random_pool=random_pool, batch_size=batch_size, heads_source=exp.source, **kw)
+    return run_ablation(model, cfg, samples=exp.samples, task=exp.task, detection=exp.detection, progress=progress)
+
+
+def rope_zero(model, heads="retrieval", *, niah=None, task=None, from_dir=None, threshold: float = 0.1,
+              band: str = "lowest", doses=(0, 4, 8, 16, 32), unit: str = "dims", side: str = "q",
+              random_draws: int = 3, head_draws: int = 2, seed: int = 0, batch_size: int = 8,
+              experiment: HeadExperiment | None = None, progress=None):
+    """Zero a RoPE frequency band in the selected heads: dose-response with dim, head and task controls
+    (interp.analyses.rope_zero). `experiment` as in `ablate`."""
+    from interp.analyses.rope_zero import RopeZeroConfig, run_rope_zero
+
+    exp = experiment or prepare_experiment(model, heads, niah=niah, task=task, from_dir=from_dir, threshold=threshold,
+                                           seed=seed, batch_size=batch_size)
+    kw = {} if exp.niah is None else {"niah": exp.niah}
+    cfg = RopeZeroConfig(heads=tuple(exp.heads), band=band, doses=tuple(doses), unit=unit, side=side,
+                         random_draws=random_draws, head_draws=head_draws, seed=seed, batch_size=batch_size,
+                         heads_source=exp.source, **kw)
+    return run_rope_zero(model, cfg, samples=exp.samples, task=exp.task, progress=progress)

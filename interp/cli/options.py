@@ -1,0 +1,210 @@
+"""Every option the commands share, their parsers (strings -> typed values, with clear errors), and the
+one rule for the model a command runs on when --model is not given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from interp.errors import InvalidInputError
+
+AUTO = "auto"
+
+
+def finite(value):
+    """typer callback: a float option must be a finite number (nan and inf are refused, not passed on)."""
+    import math
+
+    import typer
+
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
+
+
+def unit_interval(value):
+    """typer callback: a float option in [0, 1]."""
+    import typer
+
+    finite(value)
+    if value is not None and not 0 <= value <= 1:
+        raise typer.BadParameter(f"{value} is not in [0, 1]")
+    return value
+
+
+def _parse_list(text: str, what: str, cast, kind: str) -> tuple:
+    try:
+        vals = tuple(cast(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise InvalidInputError(f"{what} must be comma-separated {kind}, got {text!r}") from None
+    if not vals:
+        raise InvalidInputError(f"{what} is empty")
+    return vals
+
+
+def parse_ints(text: str, what: str) -> tuple[int, ...]:
+    return _parse_list(text, what, int, "integers")
+
+
+def parse_floats(text: str, what: str) -> tuple[float, ...]:
+    return _parse_list(text, what, float, "numbers")
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "0": "\0", "'": "'", '"': '"'}
+
+
+def parse_escapes(text: str, what: str = "--separator") -> str:
+    """Backslash escapes (\\n \\t \\r \\\\ \\xHH \\uXXXX) decoded; every other character is kept as it is,
+    so non-ASCII text passes through unchanged (unicode_escape would garble it). A bad escape is an error."""
+    import re
+
+    def one(m):
+        e = m.group(1)
+        if not e:
+            raise InvalidInputError(f"{what} {text!r} ends in a lone backslash; write \\\\ for a backslash")
+        if e in _ESCAPES:
+            return _ESCAPES[e]
+        if len(e) > 1:
+            return chr(int(e[1:], 16))
+        raise InvalidInputError(f"{what} {text!r}: bad escape \\{e}; use \\n, \\t, \\r, \\\\, \\xHH or \\uXXXX")
+
+    return re.sub(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|.?)", one, text, flags=re.S)
+
+
+def parse_max_memory(text: str | None) -> dict | None:
+    """--max-memory "0=20GiB,1=20GiB,cpu=60GiB" -> {0: "20GiB", 1: "20GiB", "cpu": "60GiB"} (accelerate's form)."""
+    import re
+
+    if text is None:
+        return None
+    out = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        m = re.fullmatch(r"(cpu|disk|mps|cuda:\d+|\d+)=(\d+(?:\.\d+)?\s*(?:[KMGT]i?B))", part, re.I)
+        if m is None:
+            raise InvalidInputError(f"--max-memory {text!r}: write DEVICE=SIZE pairs, e.g. 0=20GiB,cpu=60GiB")
+        key = m.group(1).lower()
+        key = int(key.split(":")[-1]) if key.split(":")[-1].isdigit() else key
+        out[key] = m.group(2).replace(" ", "")
+    if not out:
+        raise InvalidInputError("--max-memory is empty")
+    return out
+
+
+def parse_batch_size(value):
+    """typer parser of --batch-size: a positive integer or `auto`."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    else:
+        text = str(value).strip().lower()
+        if text == AUTO:
+            return AUTO
+        try:
+            n = int(text)
+        except ValueError:
+            raise typer.BadParameter(f"{value!r} is not a positive integer or 'auto'") from None
+    if n < 1:
+        raise typer.BadParameter(f"{n} is not a positive integer or 'auto'")
+    return n
+
+
+def batch_option(default: int, what: str):
+    """The --batch-size option of a command (`what`: prompts, sequences)."""
+    return typer.Option(str(default), "--batch-size", parser=parse_batch_size, metavar="N|auto",
+                        help=f"{what} per forward pass, or auto: the largest batch the memory planner fits in "
+                             "the budget (--max-memory's entry for the device, else 90% of its free memory).")
+
+
+def default_model() -> str:
+    """The model a command runs on without --model: the bundled default organism, else the MiniLM encoder
+    when its package is installed, else a tiny random model (no tokenizer: commands that need text say so)."""
+    from interp.models.catalog import DEFAULT_MODEL, bundled_models, minilm_path
+
+    if DEFAULT_MODEL in bundled_models():
+        return DEFAULT_MODEL
+    if minilm_path() is not None:
+        return "minilm-l6"
+    return "tiny-random-qwen2"
+
+
+def model_label(name: str | None) -> str:
+    """--model as given, or the default model (`default_model`) when it is not given: what the run loads
+    and what its folder and results are named after. An empty or blank --model is an error."""
+    if name is None:
+        return default_model()
+    if not name.strip():
+        raise InvalidInputError("--model is empty; give an alias (see `interp models`), a directory or a Hub id")
+    return name
+
+
+def given(ctx, name: str) -> bool:
+    """Whether the user passed option `name` (not its default)."""
+    src = ctx.get_parameter_source(name) if ctx is not None else None
+    return src is not None and src.name not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def niah_config(lengths: str, depths: str, seeds: int, haystack, needles, separator: str, max_new_tokens,
+                paired: bool = False):
+    """The NIAH grid of the options; `paired` (an experiment comparing conditions) needs >= 2 prompts.
+    `needles`: "corpus" | "standard" (a built-in set; ./corpus for a file of that name) | a JSONL file | None
+    (picked from the model by `niah_for_model`); `haystack`: a text file, a directory of .txt files or None."""
+    from interp.tasks.niah import NEEDLE_SOURCES, NiahConfig, haystack_files
+
+    source = None
+    if needles in NEEDLE_SOURCES:
+        source, needles = needles, None
+    if needles is not None and Path(needles).is_dir():
+        raise InvalidInputError(f"--needles {needles} is a directory, not a file")
+    if needles is not None and not Path(needles).is_file():
+        raise InvalidInputError(f"--needles {needles}: no such file (or pass corpus or standard)")
+    if haystack is not None:
+        if not Path(haystack).exists():
+            raise InvalidInputError(f"--haystack {haystack}: no such file or directory")
+        haystack_files(haystack)  # a directory without .txt files is refused before the model loads
+    cfg = NiahConfig(context_lengths=parse_ints(lengths, "--lengths"), depths=parse_floats(depths, "--depths"),
+                     n_seeds=seeds, haystack_file=haystack, needles_file=needles,
+                     separator=parse_escapes(separator), max_new_tokens=max_new_tokens, needle_source=source)
+    n = len(cfg.context_lengths) * len(cfg.depths) * cfg.n_seeds
+    if paired and n < 2:
+        raise InvalidInputError(f"the NIAH grid has {n} prompt: paired comparisons need at least 2 (raise --n-seeds, "
+                                "or add --lengths/--depths)")
+    return cfg
+
+
+MODEL = typer.Option(None, "--model", "-m", help="Alias, checkpoint dir, .gguf file or Hub id (default: bundled "
+                     "default model).")
+LENGTHS = typer.Option("512", "--lengths", help="NIAH context lengths in tokens, comma-separated.")
+DEPTHS = typer.Option("0,0.25,0.5,0.75,1", "--depths", help="Needle depths (fraction of the haystack before it).")
+SEEDS = typer.Option(4, "--n-seeds", min=1, help="Paired seeds per (length, depth).")
+HAYSTACK = typer.Option(None, "--haystack", help="Plain-text haystack: a file, or a directory of .txt files (sorted "
+                        "by name, joined by blank lines). Default: interp's corpus generator (for models other than "
+                        "the organisms an offline fallback; the run says so).")
+NEEDLES = typer.Option(None, "--needles", help='corpus | standard | a JSONL file of {"needle", "question", "answer"} '
+                       "per line. Default: corpus for the bundled organisms (what they were trained on), standard "
+                       "(facts with multi-token answers, after Kamradt 2023) for every other model.")
+SEPARATOR = typer.Option("\\n", "--separator", help="Inserted between haystack and question (with anything but the corpus "
+                         "needles and haystack).")
+MAX_NEW = typer.Option(None, "--max-new-tokens", min=1, help="Greedy tokens to decode (default: answer length + 2).")
+BATCH = batch_option(8, "Prompts")
+REVISION = typer.Option(None, "--revision", help="Hub revision (branch, tag or commit) of a Hub id or alias.")
+DEVICE_MAP = typer.Option(None, "--device-map", help="Spread the model over devices with accelerate: auto | "
+                          "balanced | balanced_low_0 | sequential (instead of --device; layers may go to CPU/disk).")
+MAX_MEMORY = typer.Option(None, "--max-memory", help="Memory per device, e.g. 0=20GiB,1=20GiB,cpu=60GiB: with "
+                          "--device-map accelerate's placement limits; the budget of --batch-size auto (a given "
+                          "batch size is checked against it).")
+DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:1, ... (default: cuda if available).")
+DTYPE = typer.Option(None, "--model-dtype", help="float32, bfloat16, float16 (default: float32 on CPU, bf16 on CUDA).")
+OUT = typer.Option(None, "--out", "-o", help="Output directory (default: runs/<command>-<model>-<time>).")
+JSON = typer.Option(False, "--json", help="Print the result JSON on stdout.")
+OVERWRITE = typer.Option(False, "--overwrite", help="Replace the run already in --out (its files go; others stay).")
+THRESHOLD = typer.Option(0.1, "--threshold", callback=finite, help="Retrieval-score threshold for a retrieval head.")
+
+
+HEADS_HELP = ("retrieval (detected now, or from --from DIR) | induction (likewise, induction.json) | random | "
+              "L3H1,L5H0 | L2H* (every head of layer 2) | FILE (ids, a retrieval.json or an induction.json).")
+PROMPTS = typer.Option(None, "--prompts", help='Teacher-forced prompts instead of NIAH: JSONL, one '
+                       '{"prompt": ..., "answer": " Paris", "wrong": " Rome"} per line (wrong for logit_diff only).')
+METRIC = typer.Option(None, "--metric", help="With --prompts (default logit_diff): logit_diff (answer - wrong at the last token) "
+                      "| logprob (sum of log p(answer tokens)) | loss (mean loss on the answer, or the whole prompt).")
+CSV = typer.Option(False, "--csv", help="Also print the tidy table (CSV) on stdout; it is always written beside "
+                   "the JSON.")

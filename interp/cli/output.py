@@ -1,0 +1,121 @@
+"""What the CLI prints: consoles (stderr for notes and tables, stdout for results), strict JSON, the heads
+column of tables, lazy progress bars and the NIAH haystack note. Quiet on ranks other than 0 of a
+torchrun launch (rank 0 speaks for all)."""
+
+from __future__ import annotations
+
+import json
+
+
+def other_rank() -> bool:
+    """True in the processes of a torchrun launch other than rank 0: they compute their share of a sweep
+    and print and write nothing (rank 0 speaks and writes for all)."""
+    import os
+
+    from interp.runtime.distributed import launched
+
+    return launched() and os.environ.get("RANK", "0") != "0"
+
+
+def console(every_rank: bool = False):
+    """The CLI's stderr console. Not a terminal (a log, a pipe, a test): 200 columns, so tables keep whole
+    head and site names instead of truncating them to the default 80. Quiet on ranks other than 0 of a
+    torchrun launch, unless `every_rank` (errors)."""
+    import sys
+
+    from rich.console import Console
+
+    return Console(stderr=True, width=None if sys.stderr.isatty() else 200, quiet=other_rank() and not every_rank)
+
+
+def stdout_console():
+    """A console on stdout, 200 columns when stdout is not a terminal (see `console`); quiet on other ranks."""
+    import sys
+
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 200, quiet=other_rank())
+
+
+def echo(text: str, nl: bool = True) -> None:
+    """typer.echo on rank 0 only (the one result a sharded sweep prints)."""
+    import typer
+
+    if not other_rank():
+        typer.echo(text, nl=nl)
+
+
+def heads_cell(heads, shown: int = 6) -> str:
+    """A table's heads column: the heads themselves (the first `shown` and a count when there are more)."""
+    if not heads:
+        return "-"
+    return ",".join(heads) if len(heads) <= shown else f"{','.join(heads[:shown])},... ({len(heads)})"
+
+
+def strict(obj):
+    """`obj` with every non-finite float replaced by null, so strict JSON parsers accept it. A dict that
+    held any gets a "nonfinite" entry naming them ({"cohens_d": "-inf"}): the value is kept, as text."""
+    import math
+
+    if isinstance(obj, dict):
+        out, bad = {}, {}
+        for k, v in obj.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                out[k] = None
+                bad[str(k)] = "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+            else:
+                out[k] = strict(v)
+        if bad:
+            out["nonfinite"] = {**out.get("nonfinite", {}), **bad} if isinstance(out.get("nonfinite"), dict) else bad
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [None if isinstance(v, float) and not math.isfinite(v) else strict(v) for v in obj]
+    return obj
+
+
+def dumps(obj, **kw) -> str:
+    """Strict JSON (no NaN/Infinity literals; see `strict`)."""
+    return json.dumps(strict(obj), allow_nan=False, **kw)
+
+
+def note_niah(m, niah) -> None:
+    """The haystack note (`tasks.niah.fallback_note`) as one line on stderr; called after the prompts are
+    built, so a refused run prints only its error."""
+    from interp.tasks.niah import fallback_note
+
+    note = fallback_note(m, niah)
+    if note:
+        console().print(f"note: {note}", highlight=False, soft_wrap=True)
+
+
+class _LazyProgress:
+    """A rich progress bar that appears at the first step: a run refused while it checks its inputs prints
+    only its one-line error, not an empty bar."""
+
+    def __init__(self, total, description: str):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                             console=console(), transient=False)
+        self.task = self.prog.add_task(description, total=total)
+        self.started = False
+
+    def advance(self, n: int) -> None:
+        if not self.started:
+            self.prog.start()
+            self.started = True
+        self.prog.advance(self.task, n)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.started:
+            self.prog.stop()
+        return False
+
+
+def progress_bar(total: int | None, description: str):
+    """(context manager, advance(n)) of a progress bar on stderr, shown from the first advance."""
+    p = _LazyProgress(total, description)
+    return p, p.advance

