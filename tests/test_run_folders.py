@@ -89,3 +89,24 @@ def test_positions_past_learned_embeddings_are_refused_and_past_rope_training_wa
         qwen.forward(torch.zeros(1, m + 2, dtype=torch.long))
     (w,) = [w for w in caught if issubclass(w.category, InterpWarning)]
     assert f"max_position_embeddings {m}" in str(w.message)
+
+
+def test_a_detection_inside_ablate_keeps_its_prompts_beside_the_task_prompts(tmp_path, capsys):
+    """ablate --heads retrieval --prompts FILE detects on NIAH and ablates on FILE's prompts: each set of
+    prompts is written to its own file (the detection's must not be overwritten by the task's)."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"The cat sat on the {w} and the", "answer": " mat"}) + "\n"
+                               for w in ("mat", "box", "bed")))
+    out = tmp_path / "run"
+    code, _, err = run_cli(["ablate", "-m", "tiny-llama", "--heads", "retrieval", "--prompts", str(prompts),
+                            "--metric", "logprob", "--lengths", "256", "--depths", "0.5", "--n-seeds", "2",
+                            "--draws", "1", "--out", str(out)], capsys)
+    assert code == 0, err
+    task = [json.loads(x) for x in (out / "prompts.jsonl").read_text().splitlines()]
+    det = [json.loads(x) for x in (out / "retrieval-prompts.jsonl").read_text().splitlines()]
+    assert [t["prompt"] for t in task] == [json.loads(x)["prompt"] for x in prompts.read_text().splitlines()]
+    assert len(det) == 2 and all(d not in task for d in det)
+    abl = json.loads((out / "ablation.json").read_text())
+    assert abl["detection"]["prompts_file"].endswith("retrieval-prompts.jsonl")
+    run = json.loads((out / "run.json").read_text())
+    assert {"prompts.jsonl", "retrieval-prompts.jsonl", "retrieval.json"} <= set(run["files"])

@@ -109,8 +109,10 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
     niah = experiment_grid(ctx, saved, prompts, lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
     o, m = open_run("ablate", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     task = prompt_task(m, prompts, metric)
-    niah = niah_for_model(m, niah) if task is None else None  # the NIAH grid only when no --prompts are given
-    batch_size = experiment_batch(m, batch_size, niah, task, detecting=heads == "retrieval" and saved is None)
+    detecting = heads == "retrieval" and saved is None
+    # the NIAH grid: the task without --prompts, and the prompts of a retrieval detection run now
+    niah = niah_for_model(m, niah) if task is None or detecting else None
+    batch_size = experiment_batch(m, batch_size, niah, task, detecting=detecting)
     exp = prepare_heads(m, heads, niah, task, saved, threshold, batch_size, o, seed, n_heads)
     prog, advance = progress_bar(exp.n_prompts * (2 + draws), "ablation conditions")
     with prog:

@@ -56,8 +56,10 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
     for d in doses:  # every dose is checked before any detection or decoding
         n_pairs_of(d, unit, rope)
     task = prompt_task(m, prompts, metric)
-    niah = niah_for_model(m, niah) if task is None else None  # the NIAH grid only when no --prompts are given
-    batch_size = experiment_batch(m, batch_size, niah, task, detecting=heads == "retrieval" and saved is None)
+    detecting = heads == "retrieval" and saved is None
+    # the NIAH grid: the task without --prompts, and the prompts of a retrieval detection run now
+    niah = niah_for_model(m, niah) if task is None or detecting else None
+    batch_size = experiment_batch(m, batch_size, niah, task, detecting=detecting)
     exp = prepare_heads(m, heads, niah, task, saved, threshold, batch_size, o, seed)
     n_runs = 1 + sum(1 + random_draws + head_draws for d in doses if d > 0)
     prog, advance = progress_bar(exp.n_prompts * n_runs, "rope-zero conditions")
