@@ -59,13 +59,13 @@ class HeadExperiment:
 def prepare_experiment(model, heads="retrieval", *, niah=None, task=None,
                        from_dir: str | SavedDetection | None = None, threshold: float = 0.1, seed: int = 0,
                        n_heads: int | None = None, batch_size: int = 8, progress: Callable[[int], None] | None = None,
-                       on_prompts: Callable[[object], None] | None = None, prompts: bool = True) -> HeadExperiment:
+                       on_prompts: Callable[[str | None], None] | None = None, prompts: bool = True) -> HeadExperiment:
     """The prompts and heads of an experiment, in the order that fails cheapest first.
 
     `niah` (a NiahConfig, default grid) is the task unless `task` (a PromptTask) is given; NIAH prompts are
     checked against the model (`tasks.niah.niah_for_model`) and built once: a retrieval detection run now
-    (`heads="retrieval"` without `from_dir`) scores the same prompts. `on_prompts(niah)` is called once
-    they are built (the CLI prints its haystack note there); `progress(n)` advances per detection prompt.
+    (`heads="retrieval"` without `from_dir`) scores the same prompts. `on_prompts(note)` is called once
+    they are built, with the haystack note or None (the CLI prints it there); `progress(n)` advances per detection prompt.
     `prompts=False`: the experiment brings its own inputs (rope-profile's corpus passages); NIAH prompts are
     built only for a detection run now.
     """
@@ -77,10 +77,9 @@ def prepare_experiment(model, heads="retrieval", *, niah=None, task=None,
         niah = niah_for_model(model, niah)
         samples = build_niah(model.tokenizer, niah)  # refused prompts fail before a detection
         note = fallback_note(model, niah)
-        if note:
-            notes.append(note)
+        notes += [note] if note else []
         if on_prompts is not None:
-            on_prompts(niah)
+            on_prompts(note)
     elif detecting:  # a PromptTask experiment whose heads are detected on NIAH (prompts built by the detector)
         niah = niah_for_model(model, niah)
     sel = resolve_heads(heads, model, niah=niah, samples=samples if detecting else None, threshold=threshold,

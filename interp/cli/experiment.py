@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from interp.cli.options import given, niah_config
-from interp.cli.output import console, dumps, note_niah, progress_bar
+from interp.cli.output import console, dumps, print_note, progress_bar
 from interp.cli.runs import final_path, write_result
 from interp.errors import InvalidInputError
 
@@ -78,7 +78,7 @@ def prepare_heads(m, heads: str, niah, task, saved, threshold: float, batch_size
     with prog:
         exp = prepare_experiment(m, heads, niah=niah, task=task, from_dir=saved, threshold=threshold, seed=seed,
                                  n_heads=n_heads, batch_size=batch_size, progress=advance,
-                                 on_prompts=lambda g: note_niah(m, g), prompts=prompts)
+                                 on_prompts=print_note, prompts=prompts)
     if exp.detected_now:
         sel = exp.selection
         prompts_file = "prompts.jsonl" if task is None else "retrieval-prompts.jsonl"

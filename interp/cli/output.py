@@ -83,7 +83,11 @@ def note_niah(m, niah) -> None:
     built, so a refused run prints only its error."""
     from interp.tasks.niah import fallback_note
 
-    note = fallback_note(m, niah)
+    print_note(fallback_note(m, niah))
+
+
+def print_note(note: str | None) -> None:
+    """A note (if any) as one line on stderr."""
     if note:
         console().print(f"note: {note}", highlight=False, soft_wrap=True)
 

@@ -34,6 +34,12 @@ def _go():
     return go
 
 
+def ci_error_y(estimates) -> dict:
+    """plotly's error_y for estimates {"mean", "lo", "hi"} (a 95% CI around each mean; a missing bound: no bar)."""
+    return {"type": "data", "array": [0 if e["hi"] is None else e["hi"] - e["mean"] for e in estimates],
+            "arrayminus": [0 if e["lo"] is None else e["mean"] - e["lo"] for e in estimates]}
+
+
 def head_grid_axes(fig, n_heads: int, n_layers: int, head_title: str = "query head") -> None:
     """Integer ticks (every one while they fit) on a layer x head grid, layer 0 at the bottom."""
     fig.update_layout(xaxis={"title": head_title, "tickmode": "linear", "tick0": 0,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from interp.figures.base import _go, _metric_axis, condition_colors, head_grid_axes, reads_result
+from interp.figures.base import _go, _metric_axis, ci_error_y, condition_colors, head_grid_axes, reads_result
 
 
 @reads_result
@@ -57,8 +57,7 @@ def metric_by_condition(result: dict):
     est = [c["estimates"][metric] for c in conds]
     fig = go.Figure(go.Bar(x=names, y=[e["mean"] for e in est], marker_color=condition_colors(conds),
                            text=[f"{e['mean']:.2f}" for e in est], textposition="outside", cliponaxis=False,
-                           error_y={"type": "data", "array": [e["hi"] - e["mean"] for e in est],
-                                    "arrayminus": [e["mean"] - e["lo"] for e in est]}))
+                           error_y=ci_error_y(est)))
     fig.update_layout(title=f"{metric} by condition, {result['model']} ({result['mode']} ablation of "
                             f"{len(result['heads'])} heads, {result['scope']}; 95% bootstrap CI)<br>"
                             "<sup>grey: baseline · red: target heads · blue: matched random heads "
@@ -77,8 +76,7 @@ def rope_dose_response(result: dict):
         xs = [p[0] for p in pts]
         fig.add_trace(go.Scatter(
             x=xs, y=[p[1]["mean"] for p in pts], mode="lines+markers", name=name,
-            error_y={"type": "data", "array": [p[1]["hi"] - p[1]["mean"] for p in pts],
-                     "arrayminus": [p[1]["mean"] - p[1]["lo"] for p in pts]}))
+            error_y=ci_error_y([p[1] for p in pts])))
     rope = result["baseline"]["rope"]
     fig.update_xaxes(tickmode="array", tickvals=[d["dose"] for d in doses])
     fig.update_layout(title=f"{result['metric']} vs {result['band']}-frequency dims zeroed ({result['side']} side), "

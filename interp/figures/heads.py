@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from interp.figures.base import reads_result
+from interp.figures.base import ci_error_y, reads_result
 
 
 def _go():
@@ -70,11 +70,8 @@ def _scatter(result: dict, x: str, y: str, title: str, marked=()):
 def _ci_bars(names, estimates, title, yaxis, colors=None):
     go = _go()
     means = [e["mean"] for e in estimates]
-    hi = [e["hi"] - e["mean"] for e in estimates]
-    lo = [e["mean"] - e["lo"] for e in estimates]
     fig = go.Figure(go.Bar(x=names, y=means, marker_color=colors, text=[f"{m:.2f}" for m in means],
-                           textposition="outside", cliponaxis=False,
-                           error_y={"type": "data", "array": hi, "arrayminus": lo}))
+                           textposition="outside", cliponaxis=False, error_y=ci_error_y(estimates)))
     fig.update_layout(title=title, yaxis_title=yaxis, xaxis_title="condition")
     return fig
 
@@ -136,8 +133,7 @@ def copy_suppression_figures(result: dict) -> dict:
         for k in ("direct", "total", "self_repair"):
             sel = [(h, e) for h, kk, e in rows if kk == k]
             fig.add_trace(go.Bar(name=k, x=[h for h, _ in sel], y=[e["mean"] for _, e in sel],
-                                 error_y={"type": "data", "array": [e["hi"] - e["mean"] for _, e in sel],
-                                          "arrayminus": [e["mean"] - e["lo"] for _, e in sel]}))
+                                 error_y=ci_error_y([e for _, e in sel])))
         fig.update_layout(barmode="group", yaxis_title="centred logit of the copied token (nats)",
                           title=f"Ablating candidate heads: direct vs total effect, {result['model']}")
         figs["self_repair"] = fig

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from interp.figures.base import reads_result
+from interp.figures.base import ci_error_y, reads_result
 
 
 def _mean(xs) -> float:
@@ -121,9 +121,7 @@ def path_effects(result: dict):
 
     names = list(result["effects"])
     est = [result["effects"][n] for n in names]
-    err = {"type": "data", "array": [0 if e["hi"] is None else e["hi"] - e["mean"] for e in est],
-           "arrayminus": [0 if e["lo"] is None else e["mean"] - e["lo"] for e in est]}
-    fig = go.Figure(go.Bar(x=names, y=[e["mean"] for e in est], error_y=err, marker_color="#4c78a8"))
+    fig = go.Figure(go.Bar(x=names, y=[e["mean"] for e in est], error_y=ci_error_y(est), marker_color="#4c78a8"))
     target = f"via {result['via']} of {', '.join(result['receivers'])}" if result["receivers"] else "on the logits"
     metric = f"{'normalised ' if result['normalized'] else ''}{result['metric']}"
     senders = result["senders"]  # a long list (every head of some layers) is named by its count; the bars name them
