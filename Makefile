@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.interp-installed
 
-.PHONY: setup demo models test test-fast test-slow bench results results-ioi-path clean
+.PHONY: setup demo models test test-fast bench results results-ioi-path clean
 
 setup: $(STAMP)
 
@@ -26,15 +26,15 @@ demo: setup
 models: setup
 	$(VENV)/bin/interp models fetch smollm2-135m gemma3-270m
 
+# Everything (what CI runs), spread over the cores by pytest-xdist: one process per core, one torch thread each;
+# a test file's tests stay in one process (its module fixtures are built once). JOBS=0: one process.
+JOBS ?= auto
 test: setup models
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(JOBS) --dist loadfile
 
 # The iteration tier: no real-model tests, no slow tests.
 test-fast: setup
-	$(PY) -m pytest -q -m "not real"
-
-test-slow: setup
-	INTERP_SLOW=1 $(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(JOBS) --dist loadfile -m "not real and not slow"
 
 bench: setup
 	$(PY) bench/overhead.py

@@ -1,9 +1,17 @@
+"""Fixtures every test folder shares (session-scoped: built once per test process) and the torch thread policy.
+
+Markers (pyproject.toml): `real` (the fetched real checkpoints) and `slow` (the heavy tier: every architecture
+of an equality that the fast tier checks on a few, subprocess runs, notebooks, the documentation's commands).
+`make test-fast` leaves both out; `make test` (CI) runs everything.
+"""
+
 import os
 
 import pytest
 import torch
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# one thread per test process under pytest-xdist (the workers share the cores), else up to two
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else max(1, min(2, os.cpu_count() or 1)))
 
 
 @pytest.fixture
@@ -15,11 +23,57 @@ def one_thread():
     torch.set_num_threads(old)
 
 
+@pytest.fixture
+def one_blas_thread():
+    """One BLAS and one torch thread: small matrices only lose from threading on busy CPUs."""
+    from threadpoolctl import threadpool_limits
 
-def pytest_collection_modifyitems(config, items):
-    if os.environ.get("INTERP_SLOW") == "1":
-        return
-    skip = pytest.mark.skip(reason="slow test: set INTERP_SLOW=1 to run")
-    for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(1):
+            yield
+    finally:
+        torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session")
+def tok():
+    """The bundled organisms' tokenizer (data/organisms/tokenizer) as transformers loads it, once."""
+    from transformers import AutoTokenizer
+
+    from tests.helpers import ORGANISM_TOKENIZER
+
+    return AutoTokenizer.from_pretrained(ORGANISM_TOKENIZER)
+
+
+@pytest.fixture(scope="session")
+def raw_tok():
+    """The same tokenizer as the `tokenizers` object the organisms are trained with (encode(...).ids)."""
+    from interp.organisms.train import get_tokenizer
+
+    return get_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def bundled():
+    """`bundled(name)`: a bundled organism (tiny-qwen2, tiny-llama, tiny-gpt2) loaded once per test process.
+    Shared: a test may add interventions only inside `model.intervene(...)` and must not change weights."""
+    import interp
+
+    cache = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = interp.load_model(name)
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def ckpt(tmp_path_factory):
+    """A tiny random Qwen2 checkpoint folder with the organisms' tokenizer (tests.helpers.make_checkpoint)."""
+    from tests.helpers import make_checkpoint
+
+    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-a")

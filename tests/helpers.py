@@ -1,5 +1,7 @@
 """Shared builders for tests: pairs of identical tiny models, one plain HF, one wrapped."""
 
+from pathlib import Path
+
 import torch
 
 import interp
@@ -10,6 +12,16 @@ VARIANTS = [(f, False) for f in TINY_FAMILIES] + [(f, True) for f in GQA_FAMILIE
 VARIANT_IDS = [f"{f}-{'gqa' if g else 'mha'}" for f, g in VARIANTS]
 DECODERS = [(f, g) for f, g in VARIANTS if f != "bert"]
 DECODER_IDS = [f"{f}-{'gqa' if g else 'mha'}" for f, g in DECODERS]
+FAST_DECODERS = ("llama-gqa", "gpt2-mha")  # the fast tier's pair: RoPE with GQA, learned positions with MHA
+
+
+def decoder_params(fast=FAST_DECODERS):
+    """DECODERS as pytest params, those not in `fast` marked slow: a heavy equality checked on every decoder
+    architecture by `make test`, on two by `make test-fast`."""
+    import pytest
+
+    return [pytest.param(f, g, id=i, marks=() if i in fast else pytest.mark.slow)
+            for (f, g), i in zip(DECODERS, DECODER_IDS)]
 
 
 def pair(family, gqa, impl=None):
@@ -112,4 +124,28 @@ def write_gguf(path, arch: str, tokenizer: bool = True):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return path
+
+
+ORGANISM_TOKENIZER = Path(__file__).resolve().parents[1] / "data" / "organisms" / "tokenizer"
+# short texts of the organisms' corpus style, of different lengths (the store and probe tests)
+TEXTS = [" The red lantern stood near the old bridge.", " Alice found 12 coins.",
+         " Bob and Carol walked to the market at dawn and bought a tiny brass compass.", " Hi."] * 3
+
+
+def make_checkpoint(path: Path, seed: int = 0, layers: int = 2) -> Path:
+    """A tiny random Qwen2 (GQA) saved as a local checkpoint with the organisms' tokenizer (once per path)."""
+    import shutil
+
+    import transformers as tf
+
+    if (path / "config.json").is_file():
+        return path
+    cfg = tf.Qwen2Config(vocab_size=1024, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    tf.AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(ORGANISM_TOKENIZER / f, path / f)
     return path

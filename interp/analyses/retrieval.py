@@ -126,7 +126,8 @@ class RetrievalConfig:
     first real tokens and the last keys whose attention mass makes the streaming score. `sweep`:
     thresholds at which heads are counted (the result's `sweep`). `score_norm`: a sample's distinct copied
     needle positions divided by the answer's tokens ("answer", the default) or the needle span's ("needle",
-    Wu et al.'s; the module docstring says which to use)."""
+    Wu et al.'s; the module docstring says which to use). `keep_sample_scores`: also return every prompt's
+    per-head scores and NIAH seed (the result's `sample_scores` / `sample_seeds`), for resampling prompts."""
 
     niah: NiahConfig = field(default_factory=NiahConfig)
     threshold: float = 0.1
@@ -136,6 +137,7 @@ class RetrievalConfig:
     batch_size: int = 8
     sweep: tuple[float, ...] = DEFAULT_SWEEP
     score_norm: str = "answer"
+    keep_sample_scores: bool = False
 
     def __post_init__(self):
         from interp.errors import check_fields
@@ -161,6 +163,8 @@ class RetrievalResult:
     config: dict
     provenance: dict
     outcomes: list[dict] = field(default_factory=list)
+    sample_scores: list = field(default_factory=list)  # [prompt][layer][head] when config.keep_sample_scores
+    sample_seeds: list[int] = field(default_factory=list)  # each prompt's NIAH seed, same order
 
     def head_ids(self):
         from interp.sites import as_heads
@@ -225,6 +229,8 @@ def detect_retrieval_heads(model, config: RetrievalConfig | None = None, samples
         config=_config_dict(config),
         provenance=provenance(model),
         outcomes=[o.to_dict() for o in outcomes],
+        **({"sample_scores": scores.round(6).tolist(), "sample_seeds": [int(s.seed) for s in samples]}
+           if config.keep_sample_scores else {}),
     )
 
 

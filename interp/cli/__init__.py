@@ -20,8 +20,6 @@ RENAMED = {
     **{c: {"--dtype": "--model-dtype"} for c in ANALYSES},
     **{c: {"--dtype": "--model-dtype", "--seeds": "--n-seeds"} for c in
        ("detect retrieval", "ablate", "patch", "rope-zero", "rope-profile")},
-    "rope-profile": {"--dtype": "--model-dtype", "--seeds": "--n-seeds", "--texts": "--n-texts",
-                     "--tokens": "--n-tokens"},
     "detect induction": {"--dtype": "--model-dtype", "--lengths": "--copy-lengths", "--seqs": "--n-seqs"},
     "cache": {"--dtype": "--store-dtype"},
 }

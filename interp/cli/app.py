@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from interp.cli.options import JSON, MODEL, model_label
-from interp.cli.output import dumps
+from interp.runtime.jsonio import dumps
 
 HELP = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_show_locals=False,

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Optional
 
 from interp.cli.options import given, niah_config
-from interp.cli.output import console, dumps, print_note, progress_bar
+from interp.cli.output import console, print_note, progress_bar
+from interp.runtime.jsonio import dumps
 from interp.cli.runs import final_path, write_result
 from interp.errors import InvalidInputError
 

@@ -1,10 +1,9 @@
-"""What the CLI prints: consoles (stderr for notes and tables, stdout for results), strict JSON, the heads
+"""What the CLI prints: consoles (stderr for notes and tables, stdout for results), the heads
 column of tables, lazy progress bars and the NIAH haystack note. Quiet on ranks other than 0 of a
 torchrun launch (rank 0 speaks for all)."""
 
 from __future__ import annotations
 
-import json
 
 
 def other_rank() -> bool:
@@ -50,32 +49,6 @@ def heads_cell(heads, shown: int = 6) -> str:
     if not heads:
         return "-"
     return ",".join(heads) if len(heads) <= shown else f"{','.join(heads[:shown])},... ({len(heads)})"
-
-
-def strict(obj):
-    """`obj` with every non-finite float replaced by null, so strict JSON parsers accept it. A dict that
-    held any gets a "nonfinite" entry naming them ({"cohens_d": "-inf"}): the value is kept, as text."""
-    import math
-
-    if isinstance(obj, dict):
-        out, bad = {}, {}
-        for k, v in obj.items():
-            if isinstance(v, float) and not math.isfinite(v):
-                out[k] = None
-                bad[str(k)] = "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
-            else:
-                out[k] = strict(v)
-        if bad:
-            out["nonfinite"] = {**out.get("nonfinite", {}), **bad} if isinstance(out.get("nonfinite"), dict) else bad
-        return out
-    if isinstance(obj, (list, tuple)):
-        return [None if isinstance(v, float) and not math.isfinite(v) else strict(v) for v in obj]
-    return obj
-
-
-def dumps(obj, **kw) -> str:
-    """Strict JSON (no NaN/Infinity literals; see `strict`)."""
-    return json.dumps(strict(obj), allow_nan=False, **kw)
 
 
 def note_niah(m, niah) -> None:

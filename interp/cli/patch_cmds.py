@@ -8,7 +8,8 @@ import typer
 
 from interp.errors import InvalidInputError
 from interp.cli.options import parse_ints
-from interp.cli.output import dumps, progress_bar
+from interp.cli.output import progress_bar
+from interp.runtime.jsonio import dumps
 from interp.cli.runs import final_path, write_result
 from interp.cli.options import DEVICE, DEVICE_MAP, DTYPE, JSON, MODEL, OUT, OVERWRITE, REVISION
 from interp.cli.runs import open_run

@@ -9,7 +9,7 @@ import typer
 from interp.errors import InvalidInputError
 from interp.cli.options import AUTO, model_label, parse_batch_size
 from interp.cli.options import finite, parse_ints
-from interp.cli.output import dumps
+from interp.runtime.jsonio import dumps
 
 _PARTS = ("weights", "kv_cache", "activations", "logits", "attention_rows", "clean_cache", "peak")
 

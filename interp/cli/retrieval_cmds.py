@@ -12,7 +12,8 @@ from interp.cli.experiment import (experiment_grid, prepare_heads, prompt_task, 
 from interp.cli.options import (BATCH, CSV, DEPTHS, DEVICE, DEVICE_MAP, DTYPE, HAYSTACK, HEADS_HELP, JSON, LENGTHS,
                                 MAX_MEMORY, MAX_NEW, METRIC, MODEL, NEEDLES, OUT, OVERWRITE, PROMPTS, REVISION, SEEDS,
                                 SEPARATOR, THRESHOLD, niah_config)
-from interp.cli.output import console, dumps, heads_cell, note_niah, progress_bar
+from interp.cli.output import console, heads_cell, note_niah, progress_bar
+from interp.runtime.jsonio import dumps
 from interp.cli.runs import final_path, open_run, write_result
 from interp.errors import InvalidInputError
 from interp.tasks.niah import niah_for_model

@@ -10,7 +10,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from interp.cli.output import console, dumps, echo, other_rank
+from interp.cli.output import console, echo, other_rank
+from interp.runtime.jsonio import dumps, write_json
 from interp.errors import InvalidInputError
 
 RUN_MARKER = "run.json"  # written last into every run folder: the command, the files, when it finished
@@ -251,13 +252,6 @@ def _remove_empty(top: Path) -> None:
         top.rmdir()
     except OSError:
         pass
-
-
-def write_json(obj: dict, path: Path) -> None:
-    """Write atomically (a half-written file never looks valid), as strict JSON."""
-    tmp = path.with_suffix(path.suffix + ".partial")
-    tmp.write_text(dumps(obj, indent=2))
-    tmp.replace(path)
 
 
 def write_result(res, out: Path, stem: str, as_json: bool = False, csv: bool = False) -> dict:

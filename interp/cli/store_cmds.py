@@ -12,8 +12,9 @@ from interp.errors import InvalidInputError
 from interp.cli.options import DEVICE_MAP, MAX_MEMORY, REVISION
 from interp.cli.options import batch_option
 from interp.cli.options import parse_ints
-from interp.cli.output import dumps, progress_bar
-from interp.cli.runs import out_dir, write_json, write_result
+from interp.cli.output import progress_bar
+from interp.cli.runs import out_dir, write_result
+from interp.runtime.jsonio import dumps, write_json
 
 MODEL = typer.Option(None, "--model", "-m", help="Alias, checkpoint dir or Hub id with a tokenizer (default: the "
                      "bundled default organism, else minilm-l6).")

@@ -1,4 +1,4 @@
-"""``python -m interp.organisms {tokenizer,build,eval} ...``"""
+"""``python -m interp.organisms {tokenizer,build,eval,sweep} ...``"""
 
 from __future__ import annotations
 
@@ -25,6 +25,20 @@ def _count(minimum: int):
         if v < minimum:
             raise argparse.ArgumentTypeError(f"{v} is below the minimum {minimum}")
         return v
+    return parse
+
+
+def _numbers(kind, minimum):
+    def parse(text: str) -> list:
+        try:
+            vals = [kind(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {kind.__name__}s") from None
+        if not vals or any(not v >= minimum or v != v or v == float("inf") for v in vals):
+            raise argparse.ArgumentTypeError(f"{text!r}: give one or more finite values >= {minimum:g}")
+        if len(set(vals)) != len(vals):
+            raise argparse.ArgumentTypeError(f"{text!r} repeats a value")
+        return vals
     return parse
 
 
@@ -58,6 +72,23 @@ def main(argv=None) -> int:
                    help="IOI prompts (held-out names x held-out templates; default 192)")
     e.add_argument("--control-draws", type=_count(0), default=None, metavar="N",
                    help="layer-matched random control draws for the control-strength check (default 10; 0 skips it)")
+    w = sub.add_parser("sweep", help="build rope_theta x seed variants of one organism (missing ones only), measure "
+                       "their retrieval heads and write the head-count-vs-theta table and figures (finding ii)")
+    w.add_argument("--base", default="tiny-llama", help="the organism whose v2 recipe every variant shares")
+    w.add_argument("--thetas", type=_numbers(float, 1e-9), default="1000,10000,500000", metavar="T,T,...")
+    w.add_argument("--seeds", type=_numbers(int, 0), default="2,3", metavar="S,S,...", help="training seeds")
+    w.add_argument("--builds", default=None, help="where variant builds are found and made "
+                   "(default data/organisms/theta; the variant equal to a bundled organism is that organism)")
+    w.add_argument("--out", default="runs/organisms/theta", help="the analysis folder (theta.json, table.md, "
+                   "builds.csv, figures; measures/ caches each build's measures)")
+    w.add_argument("--parallel", type=_count(1), default=2, help="builds at a time, one thread each")
+    w.add_argument("--no-build", action="store_true", help="measure the builds there are; a missing one is an error")
+    w.add_argument("--lengths", type=_numbers(int, 16), default="512,1024", metavar="N,N",
+                   help="NIAH context lengths of the detection")
+    w.add_argument("--n-seeds", type=_count(1), default=8, help="NIAH seeds of the detection")
+    w.add_argument("--threshold", type=float, default=0.1, help="retrieval score above which a head counts")
+    w.add_argument("--n-boot", type=_count(1), default=2000, help="bootstrap resamples (seeds, then NIAH seeds)")
+    w.add_argument("--threads", type=_count(1), default=1, help="torch threads while measuring")
     args = ap.parse_args(argv)
     command = "python -m interp.organisms " + " ".join(shlex.quote(a) for a in argv)
 
@@ -72,6 +103,10 @@ def main(argv=None) -> int:
         write_tokenizer_info(tok, out)
         print(f"tokenizer ({tok.get_vocab_size()} ids) -> {out}")
         return 0
+    if args.cmd == "sweep":
+        from interp.organisms.sweep_cmd import run_sweep
+
+        return run_sweep(args)
     if args.cmd == "build":
         from interp.organisms.train import config_with, train
 

@@ -13,7 +13,7 @@ Design conventions
 * **Pure functions.** numpy (or array-like) in, a frozen dataclass out. Every result has
   `to_dict()` returning plain Python types (float/int/str/bool/list/dict with str keys) that
   `json.dumps` accepts. Infinite effect sizes (see `paired_diff`) stay `float('inf')` here; the CLI
-  writes strict JSON, with such a value as null plus a "nonfinite" note (`interp.cli.common.strict`).
+  writes strict JSON, with such a value as null plus a "nonfinite" note (`interp.runtime.jsonio.strict`).
 * **Errors.** Bad input raises `interp.errors.InvalidInputError`, a subclass of `ValueError`.
 
 Where scipy is used and where not

@@ -32,6 +32,8 @@ _BATCH_ELEMS = 2_000_000
 
 def _jsonable(v: Any) -> Any:
     """Convert numpy scalars/arrays, tuples and dicts into plain JSON-able Python values."""
+    if isinstance(v, _ToDict):
+        return v.to_dict()
     if isinstance(v, dict):
         return {str(k): _jsonable(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):

@@ -1,0 +1,85 @@
+"""`interp organisms sweep`: build the missing rope_theta variants, measure every build (cached per build),
+write the head-count-vs-theta analysis: theta.json, table.md, builds.csv, theta.html, theta-dose.html."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _err(msg: str) -> int:
+    print(f"error: {msg}", file=sys.stderr)
+    return 2
+
+
+def run_sweep(args) -> int:
+    import torch
+
+    from interp.errors import InterpError
+    from interp.figures.base import write_html
+    from interp.figures.sweeps import theta_dose_response, theta_sweep
+    from interp.organisms.sweep import BUILDS_DIR, build_missing, grid, locate
+    from interp.organisms.theta import BuildMeasure, analyse, detection_niah, measure_build
+    from interp.runtime.jsonio import write_json
+
+    try:
+        variants = grid(args.base, args.thetas, args.seeds)
+    except (KeyError, ValueError) as exc:
+        return _err(exc.args[0] if exc.args else str(exc))
+    if len(args.thetas) < 2:
+        return _err("a sweep needs at least two --thetas")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        return _err(f"--out {out} is a file; give a folder")
+    builds_dir = Path(args.builds) if args.builds else BUILDS_DIR
+    try:
+        if args.no_build:
+            found = {v.name: locate(v, builds_dir) for v in variants}
+            missing = [n for n, p in found.items() if p is None]
+            if missing:
+                return _err(f"not built: {', '.join(missing)} (in {builds_dir}); run without --no-build to build them "
+                            f"(about 40 min each on one thread)")
+        else:
+            found = build_missing(variants, builds_dir, parallel=args.parallel)
+    except (ValueError, RuntimeError) as exc:
+        return _err(str(exc))
+
+    torch.set_num_threads(args.threads)
+    (out / "measures").mkdir(parents=True, exist_ok=True)
+    niah = detection_niah(args.lengths, args.n_seeds)
+    key = {"lengths": list(args.lengths), "n_seeds": args.n_seeds, "threshold": args.threshold}
+    measures = []
+    for v in variants:
+        path = found[v.name]
+        sha = json.loads((path / "organism.json").read_text()).get("sha256")
+        cache = out / "measures" / f"{v.name}.json"
+        if cache.is_file():
+            saved = json.loads(cache.read_text())
+            if saved.get("key") == key and saved["measure"].get("sha256") == sha:
+                measures.append(BuildMeasure.from_dict(saved["measure"]))
+                print(f"{v.name}: measured already ({cache})")
+                continue
+        print(f"{v.name}: measuring {path} ...", flush=True)
+        try:
+            m = measure_build(path, niah=niah, threshold=args.threshold)
+        except InterpError as exc:
+            return _err(f"{v.name}: {exc}")
+        m.name = v.name
+        write_json({"key": key, "measure": m.to_dict()}, cache)
+        print(f"{v.name}: recall {m.recall:.2f}, {m.n_heads} retrieval heads {','.join(m.heads) or '-'} "
+              f"({m.measure_seconds:.0f} s)", flush=True)
+        measures.append(m)
+    try:
+        res = analyse(measures, args.base, threshold=args.threshold, n_boot=args.n_boot)
+    except InterpError as exc:
+        return _err(str(exc))
+    write_json(res.to_dict(), out / "theta.json")
+    res.to_frame().to_csv(out / "builds.csv", index=False)
+    table = res.table_md()
+    (out / "table.md").write_text(table + "\n")
+    write_html(theta_sweep(res), out / "theta.html")
+    write_html(theta_dose_response(res), out / "theta-dose.html")
+    print(table)
+    print(f"-> {out}/theta.json, table.md, builds.csv, theta.html, theta-dose.html")
+    return 0

@@ -1,0 +1,222 @@
+"""Finding (ii) as a controlled experiment: retrieval heads of organisms that differ only in rope_theta.
+
+The seed paper's finding (ii) (Bayram 2026, "Does RoPE Prevent or Degrade Retrieval Heads?") compares
+LLaMA-2 (theta 1e4, 42 retrieval heads) with LLaMA-3.1 (theta 5e5, 47): two models that differ in far more
+than theta. Here every build is the same recipe (tiny-llama v2: corpus,
+architecture, steps) with rope_theta and the training seed varied (`interp.organisms.sweep`). Per build
+(`measure_build`): NIAH recall on the detection grid, the retrieval heads at the threshold with the threshold
+sweep, the share and layer histogram, the lowest-band RoPE zeroing dose response of those heads against
+random dims and matched heads (finding iv), and the q/k-norm statistic of retrieval vs other heads with its
+layer-clustered permutation test (finding iii). Across builds (`analyse`): head count vs theta with a
+two-level bootstrap (training seeds, then NIAH seeds) and an exact permutation test of the slope on
+log10(theta) (`interp.stats.trend`), over the builds that retrieve (recall >= RETRIEVES).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from interp.tasks.niah import NiahConfig
+
+RETRIEVES = 0.9  # NIAH recall at which a build counts as retrieving (its heads are counted)
+DETECTION_LENGTHS = (512, 1024)
+DETECTION_SEEDS = 8
+DOSES = (0, 4, 8, 16, 32)
+# Bayram 2026, finding (ii): retrieval heads of LLaMA-2-7B (theta 1e4) and LLaMA-3.1-8B (theta 5e5); both have 32 layers x 32 query heads.
+PAPER = [
+    {"model": "LLaMA-2-7B", "rope_theta": 1e4, "n_heads": 42, "total_heads": 1024},
+    {"model": "LLaMA-3.1-8B", "rope_theta": 5e5, "n_heads": 47, "total_heads": 1024},
+]
+
+
+def detection_niah(lengths=DETECTION_LENGTHS, n_seeds: int = DETECTION_SEEDS) -> NiahConfig:
+    return NiahConfig(context_lengths=tuple(lengths), n_seeds=n_seeds)
+
+
+@dataclass
+class BuildMeasure:
+    """One build's numbers (module docstring). `sample_scores` [prompt][layer][head], `sample_recalled` and
+    `sample_seeds` are the detection's per-prompt scores, outcomes and NIAH seeds (what the bootstrap resamples).
+    `rope_zero`: per dose, recall with the lowest band zeroed in the retrieval heads, the pooled random-dim
+    and matched-head controls and target-vs-random-dims; empty when the build has no retrieval head.
+    `qk_norm`: Cohen's d of mean||q||*mean||k|| between retrieval and other heads with the layer-clustered
+    permutation p (None without retrieval heads)."""
+
+    name: str
+    path: str
+    rope_theta: float
+    seed: int
+    recall: float
+    retrieves: bool
+    threshold: float
+    heads: list[str]
+    n_heads_total: int
+    per_layer: list[int]
+    sweep: list[dict]
+    scores: list[list[float]]
+    rope_zero: list[dict]
+    qk_norm: dict | None
+    train_seconds: float | None
+    measure_seconds: float
+    sha256: str | None
+    niah: dict
+    sample_scores: list = field(default_factory=list, repr=False)
+    sample_recalled: list[bool] = field(default_factory=list, repr=False)
+    sample_seeds: list[int] = field(default_factory=list, repr=False)
+
+    @property
+    def n_heads(self) -> int:
+        return len(self.heads)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> BuildMeasure:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+def _dose_summary(d) -> dict:
+    m = lambda block: (block or {}).get("metric") or {}  # noqa: E731
+    vs = d.target_vs_random_dims or {}
+    return {"dose": d.dose, "target": m(d.target).get("mean"), "target_lo": m(d.target).get("lo"),
+            "target_hi": m(d.target).get("hi"), "random_dims": m(d.random_pooled).get("mean"),
+            "matched_heads": m(d.matched_pooled).get("mean"), "target_minus_random": vs.get("diff"),
+            "target_minus_random_p": vs.get("p_value")}
+
+
+def measure_build(path: str | Path, niah: NiahConfig | None = None, threshold: float = 0.1, doses=DOSES,
+                  batch_size: int = 8, seed: int = 0) -> BuildMeasure:
+    """Detect retrieval heads on `niah` (default: 512 and 1024 tokens, 8 seeds), then zero their lowest RoPE
+    band at `doses` and compare their q/k norms with the other heads'."""
+    import json
+
+    import interp
+    from interp.analyses.pipeline import rope_zero
+    from interp.analyses.retrieval import RetrievalConfig, detect_retrieval_heads
+    from interp.analyses.rope_profile import RopeProfileConfig, run_rope_profile
+
+    t0 = time.time()
+    path = Path(path)
+    card = json.loads((path / "organism.json").read_text())
+    cfg = card["config"]
+    model = interp.load_model(str(path))
+    niah = niah or detection_niah()
+    with warnings.catch_warnings():  # a build that recalls nothing is expected here: it is left out, by name
+        warnings.filterwarnings("ignore", message="no NIAH sample was recalled")
+        det = detect_retrieval_heads(model, RetrievalConfig(niah=niah, threshold=threshold, batch_size=batch_size,
+                                                            keep_sample_scores=True))
+    heads = det.head_ids()
+    dose_rows, qk = [], None
+    if heads:
+        rz = rope_zero(model, heads=list(heads), niah=niah, doses=doses, seed=seed, batch_size=batch_size)
+        dose_rows = [_dose_summary(d) for d in rz.doses]
+        prof = run_rope_profile(model, RopeProfileConfig(retrieval_heads=tuple(heads), heads_source="detected",
+                                                         statistic="qk_norm", seed=seed))
+        if prof.comparison is not None:
+            c = prof.comparison
+            qk = {"cohens_d": c["cohens_d"], "p_value": c["layer_clustered_permutation"]["p_value"],
+                  "mean_retrieval": c["mean_retrieval"], "mean_other": c["mean_other"],
+                  "n_retrieval": c["n_retrieval"]}
+    spec = model.spec
+    return BuildMeasure(
+        name=path.name, path=str(path), rope_theta=float(cfg["rope_theta"]), seed=int(cfg["seed"]),
+        recall=det.baseline_recall, retrieves=det.baseline_recall >= RETRIEVES, threshold=threshold,
+        heads=list(det.heads), n_heads_total=spec.n_layers * spec.n_heads, per_layer=det.per_layer, sweep=det.sweep,
+        scores=det.scores, rope_zero=dose_rows, qk_norm=qk, train_seconds=card.get("training", {}).get("train_seconds"),
+        measure_seconds=round(time.time() - t0, 1), sha256=card.get("sha256"), niah=det.config["niah"],
+        sample_scores=det.sample_scores, sample_recalled=[bool(o["recall"]) for o in det.outcomes],
+        sample_seeds=det.sample_seeds)
+
+
+@dataclass
+class ThetaSweepResult:
+    """The controlled experiment: every build's measures, the trend over the builds that retrieve, the builds
+    left out (recall below RETRIEVES) and the paper's two models beside them."""
+
+    base: str
+    builds: list[BuildMeasure]
+    trend: dict  # interp.stats.trend.TrendResult.to_dict()
+    excluded: list[str]
+    sweep_by_theta: dict  # {theta: {threshold: mean head count over the builds}}
+    paper: list[dict]
+    compute: dict
+    config: dict
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ThetaSweepResult:
+        d = dict(d)
+        d["builds"] = [BuildMeasure.from_dict(b) for b in d["builds"]]
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+    def to_frame(self):
+        """One row per build: theta, seed, recall, head count, share, heads, per-layer counts, qk-norm d and p,
+        recall at the largest rope-zero dose vs random dims."""
+        import pandas as pd
+
+        rows = []
+        for b in self.builds:
+            last = b.rope_zero[-1] if b.rope_zero else {}
+            rows.append({"build": b.name, "rope_theta": b.rope_theta, "seed": b.seed, "recall": b.recall,
+                         "retrieves": b.retrieves, "n_heads": b.n_heads, "share": b.n_heads / b.n_heads_total,
+                         "heads": ",".join(b.heads), "per_layer": "/".join(map(str, b.per_layer)),
+                         "qk_norm_d": (b.qk_norm or {}).get("cohens_d"), "qk_norm_p": (b.qk_norm or {}).get("p_value"),
+                         "rope_zero_dose": last.get("dose"), "rope_zero_recall": last.get("target"),
+                         "rope_zero_random_dims": last.get("random_dims"),
+                         "train_seconds": b.train_seconds, "measure_seconds": b.measure_seconds})
+        return pd.DataFrame.from_records(rows)
+
+    def table_md(self) -> str:
+        """Head count vs theta: mean over seeds with the two-level bootstrap interval, the builds' counts,
+        the share, the slope test; the paper's two models beside them."""
+        t = self.trend
+        lines = ["| rope_theta | builds | retrieval heads per build | mean [95% CI] | share |",
+                 "|---|---|---|---|---|"]
+        for s in t["settings"]:
+            lines.append(f"| {s['setting']:g} | {len(s['counts'])} | {', '.join(map(str, s['counts']))} | "
+                         f"{s['mean']:.1f} [{s['lo']:.1f}, {s['hi']:.1f}] | {s['mean'] / s['n_heads']:.1%} |")
+        for p in self.paper:
+            lines.append(f"| {p['rope_theta']:g} ({p['model']}, Bayram) | 1 | {p['n_heads']} | - | "
+                         f"{p['n_heads'] / p['total_heads']:.1%} |")
+        lines.append("")
+        lines.append(f"Slope: {t['slope']:+.2f} heads per decade of theta [{t['slope_lo']:+.2f}, {t['slope_hi']:+.2f}], "
+                     f"exact permutation p = {t['p_value']:.3f} ({t['n_permutations']} pairings; threshold "
+                     f"{t['threshold']:g}, {t['n_boot']} bootstrap resamples of training seeds then NIAH seeds).")
+        if self.excluded:
+            lines.append(f"Left out (NIAH recall < {RETRIEVES}): {', '.join(self.excluded)}.")
+        return "\n".join(lines)
+
+
+def analyse(builds: list[BuildMeasure], base: str, threshold: float = 0.1, n_boot: int = 2000,
+            seed: int = 0) -> ThetaSweepResult:
+    """The trend over the builds that retrieve (module docstring); raises InvalidInputError when fewer than two
+    thetas have a retrieving build."""
+    from interp.errors import InvalidInputError
+    from interp.stats.trend import BuildScores, count_trend
+
+    used = [b for b in builds if b.retrieves]
+    excluded = [f"{b.name} (recall {b.recall:.2f})" for b in builds if not b.retrieves]
+    if len({b.rope_theta for b in used}) < 2:
+        raise InvalidInputError(f"fewer than two thetas have a build that retrieves (recall >= {RETRIEVES}): "
+                                f"{', '.join(excluded) or 'no builds'}")
+    trend = count_trend([BuildScores(b.rope_theta, np.array(b.sample_scores), np.array(b.sample_recalled),
+                                     np.array(b.sample_seeds), b.name) for b in used],
+                        threshold=threshold, n_boot=n_boot, seed=seed)
+    by_theta: dict = {}
+    for b in used:
+        for row in b.sweep:
+            by_theta.setdefault(f"{b.rope_theta:g}", {}).setdefault(f"{row['threshold']:g}", []).append(row["n_heads"])
+    sweep = {t: {k: float(np.mean(v)) for k, v in rows.items()} for t, rows in by_theta.items()}
+    compute = {"train_seconds": round(sum(b.train_seconds or 0 for b in builds), 1),
+               "measure_seconds": round(sum(b.measure_seconds for b in builds), 1), "builds": len(builds)}
+    return ThetaSweepResult(base=base, builds=list(builds), trend=trend.to_dict(), excluded=excluded,
+                            sweep_by_theta=sweep, paper=PAPER, compute=compute,
+                            config={"threshold": threshold, "n_boot": n_boot, "seed": seed, "retrieves": RETRIEVES})

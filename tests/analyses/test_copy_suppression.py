@@ -1,0 +1,128 @@
+"""Copy-suppression detection and self-repair on hand-built models (tests/planted.py).
+
+L2H2 of the planted models is a negative copy head: its query reads the token the induction head
+L1H1 predicts, it attends to that token's earlier occurrence and writes minus its unembedding. The
+"natural text" is repeated random tokens, where the induction head predicts tokens that are in the
+context. The unembedding is not tied to the embedding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import interp
+from interp.analyses.copy_suppression import CopySuppressionConfig, detect_copy_suppression
+from interp.errors import InvalidInputError, UnsupportedModelError
+from interp.models.tiny import tiny_random_hf
+
+from tests.planted import BOS, NEG_HEAD, OUT, planted_hf, planted_model, repeated_ids
+
+EXCLUDE = [0, BOS]
+
+
+def _run(model, **kw):
+    cfg = CopySuppressionConfig(n_boot=500, k=3, **kw)
+    return detect_copy_suppression(model, cfg, ids=repeated_ids(10, 10, seed=3), exclude_tokens=EXCLUDE).to_dict()
+
+
+def _best(grid, lowest=False):
+    a = np.array([[np.nan if v is None else v for v in row] for row in grid], dtype=float)
+    idx = np.nanargmin(a) if lowest else np.nanargmax(a)
+    l, h = np.unravel_index(idx, a.shape)
+    return f"L{l}H{h}"
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+def test_planted_negative_head_is_found(family):
+    model = planted_model(family)
+    assert not torch.equal(model.hf.lm_head.weight, model.adapter.embed().weight)  # untied
+    d = _run(model)
+    neg = "L2H2"
+    assert d["ranked"][0]["head"] == neg and d["scores"]["ov_suppression"][2][2] == 1.0
+    assert _best(d["scores"]["qk_circuit"]) == neg and d["scores"]["qk_circuit"][2][2] == 1.0
+    assert _best(d["scores"]["qk_lift"]) == neg and d["scores"]["qk_lift"][2][2] > 3.0
+    assert _best(d["scores"]["dla_attended"], lowest=True) == neg and d["scores"]["dla_attended"][2][2] < -1.0
+    assert _best(d["scores"]["dla_attended"]) == "L1H1"  # the induction head boosts what it attends to
+    cand = {c["head"]: c for c in d["candidates"]}
+    c = cand[neg]
+    assert c["is_copy_suppression"] and all(c["criteria"].values())
+    a = c["ablation"]
+    assert a["delta_prob"]["lo"] > 0.1  # removing the head makes the model more confident in the copied token
+    assert a["direct"]["hi"] < -1.0 and a["total"]["hi"] < -0.5
+    # nothing downstream of L2H2: the only "repair" is the final norm's rescaling, which shrinks the
+    # total effect towards 0 (self_repair = direct - total has the sign of the direct effect)
+    assert 0.0 < c["self_repair_fraction"] < 0.7
+    assert d["copy_suppression_heads"] == [neg] and d["found"]
+    assert "L2H2" in d["summary"]
+    from interp.figures.heads import copy_suppression_figures
+
+    figs = copy_suppression_figures(d)
+    assert set(figs) == {"ov_suppression_heatmap", "qk_lift_heatmap", "dla_attended_heatmap", "ov_vs_dla", "self_repair"}
+    assert np.isnan(np.array(figs["qk_lift_heatmap"].data[0].z, dtype=float)[0]).all()  # no prediction yet: empty
+
+
+def test_self_repair_of_the_induction_head_by_the_negative_head():
+    """Ablating L1H1 also switches off L2H2's suppression (nothing left to predict), so the total effect
+    of L1H1 on its copied token is smaller than its direct effect: positive self-repair."""
+    model = planted_model("llama")
+    d = _run(model, heads=("L1H1", "L2H2"))
+    ind = {c["head"]: c for c in d["candidates"]}["L1H1"]
+    a = ind["ablation"]
+    assert a["direct"]["lo"] > 2.0
+    assert 0.5 < a["total"]["mean"] < a["direct"]["mean"]
+    assert a["self_repair"]["lo"] > 0.5 and 0.2 < ind["self_repair_fraction"] < 0.8
+    assert a["delta_prob"]["hi"] < -0.2  # without the induction head the copied token loses probability
+    assert not ind["is_copy_suppression"]
+    assert d["copy_suppression_heads"] == ["L2H2"]
+    # exactly what L2H2 stops suppressing: its own direct effect on the same copied tokens
+    neg = {c["head"]: c for c in d["candidates"]}["L2H2"]["ablation"]
+    assert a["self_repair"]["mean"] == pytest.approx(-neg["direct"]["mean"], rel=1e-3)
+
+
+def test_no_copy_suppression_head_is_reported_honestly():
+    hf = planted_hf("llama")
+    with torch.no_grad():  # remove the negative head's output: the model has no copy suppression left
+        l, h = NEG_HEAD
+        hf.model.layers[l].self_attn.o_proj.weight[:, h * 32:(h + 1) * 32] = 0.0
+    d = _run(interp.Model(hf, name="planted-no-neg"))
+    assert d["copy_suppression_heads"] == [] and not d["found"]
+    assert d["summary"].startswith("no copy-suppression head found")
+    assert max(max(row) for row in d["scores"]["ov_suppression"]) == 0.0
+    for c in d["candidates"]:
+        assert not c["is_copy_suppression"]
+
+
+def test_mean_ablation_needs_reference_text():
+    model = planted_model("llama")
+    with pytest.raises(InvalidInputError, match="reference texts"):
+        _run(model, mode="mean", heads=("L2H2",))
+    with pytest.raises(InvalidInputError, match="unknown ablation mode"):
+        CopySuppressionConfig(mode="bogus")
+
+
+def test_post_attention_norm_models_are_refused():
+    model = interp.Model(tiny_random_hf("olmo2"))
+    ids = torch.randint(3, 96, (2, 12), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(UnsupportedModelError, match="post-attention norm"):
+        detect_copy_suppression(model, CopySuppressionConfig(n_boot=100), ids=ids)
+
+
+def test_no_tokenizer_needs_ids():
+    model = planted_model("llama")
+    with pytest.raises(InvalidInputError, match="no tokenizer"):
+        detect_copy_suppression(model, CopySuppressionConfig())
+
+
+def test_planted_geometry():
+    """The unembedding reads only the OUT subspace (so the logit lens before L1 predicts nothing)."""
+    hf = planted_hf("gpt2")
+    w = hf.lm_head.weight
+    assert w[:, :OUT].abs().max() == 0 and w[:, OUT + 24:].abs().max() == 0
+
+
+def test_heads_outside_the_model_are_refused_early():
+    model = planted_model("llama")
+    with pytest.raises(InvalidInputError, match="outside the model"):
+        _run(model, heads=("L7H0",))

@@ -1,0 +1,133 @@
+"""rope_theta sweeps (interp.organisms.sweep / theta, `interp organisms sweep`): variants and where their builds
+are, a real (truncated) build through the sweep's builder, a build's measures, and the analysis on measures
+whose counts are known."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from interp.organisms.sweep import Variant, build_missing, grid, locate
+from interp.organisms.theta import BuildMeasure, analyse
+from interp.organisms.train import DATA_DIR
+
+
+def test_variants_are_the_base_recipe_with_theta_and_seed_only():
+    from dataclasses import asdict
+
+    from interp.organisms.train import get_config
+
+    v = Variant("tiny-llama", 5e5, 3)
+    assert v.name == "tiny-llama-theta500000-seed3"
+    diff = {k for k, x in asdict(v.config()).items() if x != asdict(get_config("tiny-llama"))[k]}
+    assert diff == {"rope_theta", "seed"} and v.config().rope_theta == 5e5 and v.config().seed == 3
+    assert [x.name for x in grid("tiny-llama", (1e3, 1e4), (2,))] == ["tiny-llama-theta1000-seed2",
+                                                                      "tiny-llama-theta10000-seed2"]
+    with pytest.raises(KeyError, match="unknown organism"):
+        grid("tiny-nope", (1e3,), (2,))
+
+
+def test_the_bundled_organism_is_its_own_variant_and_other_builds_are_checked(tmp_path):
+    assert locate(Variant("tiny-llama", 1e4, 2), tmp_path) == DATA_DIR / "tiny-llama"
+    assert locate(Variant("tiny-llama", 1e4, 3), tmp_path) is None  # another seed: not bundled
+    assert locate(Variant("tiny-llama", 1e3, 2), tmp_path) is None
+    # a folder of the variant's name holding another config is refused, not measured as the variant
+    fake = tmp_path / "tiny-llama-theta1000-seed2"
+    fake.mkdir()
+    (fake / "model.safetensors").write_bytes(b"")
+    (fake / "organism.json").write_text(json.dumps(json.loads((DATA_DIR / "tiny-llama" / "organism.json").read_text())))
+    with pytest.raises(ValueError, match="config differs"):
+        locate(Variant("tiny-llama", 1e3, 2), tmp_path)
+
+
+@pytest.fixture(scope="module")
+def smoke_build(tmp_path_factory):
+    """A real build of one variant through the sweep's builder, truncated to 4 steps."""
+    d = tmp_path_factory.mktemp("builds")
+    logs = []
+    found = build_missing([Variant("tiny-llama", 1e3, 2)], d, parallel=1, log=logs.append, steps=4)
+    return d, found["tiny-llama-theta1000-seed2"], logs
+
+
+@pytest.mark.slow
+def test_a_build_lands_under_its_name_and_a_truncated_one_is_never_taken_for_the_recipe(smoke_build):
+    d, path, logs = smoke_build
+    assert path == d / "tiny-llama-theta1000-seed2" and (path / "model.safetensors").is_file()
+    assert not list(d.glob("*.partial")) and any("--set rope_theta=1000" in line for line in logs)
+    card = json.loads((path / "organism.json").read_text())
+    assert card["config"]["rope_theta"] == 1000 and card["config"]["seed"] == 2 and card["training"]["steps"] == 4
+    with pytest.raises(ValueError, match="truncated build"):
+        locate(Variant("tiny-llama", 1e3, 2), d)
+
+
+@pytest.mark.slow
+def test_measures_of_a_build_that_does_not_retrieve(smoke_build, one_thread):
+    from interp.organisms.theta import detection_niah, measure_build
+
+    _, path, _ = smoke_build
+    m = measure_build(path, niah=detection_niah((128,), 2), doses=(0, 4))
+    assert m.rope_theta == 1000 and m.seed == 2 and m.recall < 0.9 and not m.retrieves
+    n = len(m.sample_seeds)
+    assert n == len(m.sample_recalled) == len(m.sample_scores) == 2 * 5 and set(m.sample_seeds) == {
+        m.niah["first_seed"], m.niah["first_seed"] + 1}
+    assert np.array(m.sample_scores).shape == (n, 4, 4)
+    assert m.n_heads == len(m.heads) == sum(m.per_layer)
+    assert (m.rope_zero == []) == (m.heads == []) and (m.qk_norm is None) == (m.heads == [])
+
+
+@pytest.mark.slow
+def test_the_cli_refuses_a_sweep_without_two_retrieving_thetas(smoke_build, tmp_path, capsys, one_thread):
+    from interp.organisms.__main__ import main
+
+    d, _, _ = smoke_build
+    assert main(["sweep", "--builds", str(d), "--thetas", "1000,10000", "--seeds", "2", "--no-build",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "truncated build" in capsys.readouterr().err
+    assert main(["sweep", "--builds", str(tmp_path), "--thetas", "1000,10000", "--seeds", "2", "--no-build",
+                 "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "not built: tiny-llama-theta1000-seed2" in err and "theta10000" not in err
+    with pytest.raises(SystemExit) as e:
+        main(["sweep", "--thetas", "1000,abc"])
+    assert e.value.code == 2 and "comma-separated" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "theta.json").exists()
+
+
+def _measure(theta, seed, heads, recall=1.0, n_prompts=8):
+    """A BuildMeasure whose per-prompt scores put exactly `heads` above 0.1 (all prompts recalled)."""
+    s = np.full((n_prompts, 4, 4), 0.01)
+    for h in heads:
+        s[:, int(h[1]), int(h[3])] = 0.4
+    return BuildMeasure(
+        name=f"t{theta:g}-s{seed}", path="-", rope_theta=theta, seed=seed, recall=recall, retrieves=recall >= 0.9,
+        threshold=0.1, heads=list(heads), n_heads_total=16, per_layer=[sum(h[1] == str(l) for h in heads)
+                                                                       for l in range(4)],
+        sweep=[{"threshold": 0.1, "n_heads": len(heads)}, {"threshold": 0.5, "n_heads": 0}],
+        scores=s.mean(0).tolist(), rope_zero=[{"dose": 0, "target": 1.0, "target_lo": 1.0, "target_hi": 1.0,
+                                               "random_dims": 1.0, "matched_heads": 1.0}], qk_norm=None,
+        train_seconds=100.0, measure_seconds=10.0, sha256=None, niah={}, sample_scores=s.tolist(),
+        sample_recalled=[recall >= 0.9] * n_prompts, sample_seeds=[i % 4 for i in range(n_prompts)])
+
+
+def test_analysis_counts_per_theta_leaves_out_builds_that_do_not_retrieve_and_renders(tmp_path):
+    from interp.figures.sweeps import theta_dose_response, theta_sweep
+
+    ms = [_measure(1e3, 2, ["L2H0"]), _measure(1e3, 3, ["L2H0", "L2H1"]), _measure(1e4, 2, ["L2H0", "L2H1"]),
+          _measure(1e4, 3, ["L2H0", "L1H1"]), _measure(5e5, 2, ["L2H0", "L2H1", "L3H0"]),
+          _measure(5e5, 3, ["L2H1"], recall=0.5)]
+    res = analyse(ms, "tiny-llama", n_boot=200)
+    t = res.trend
+    assert [s["counts"] for s in t["settings"]] == [[1, 2], [2, 2], [3]]
+    assert res.excluded == ["t500000-s3 (recall 0.50)"] and res.compute["train_seconds"] == 600.0
+    assert res.sweep_by_theta["500000"] == {"0.1": 3.0, "0.5": 0.0}
+    df = res.to_frame()
+    assert list(df["n_heads"]) == [1, 2, 2, 2, 3, 1] and df["share"].iloc[-2] == 3 / 16
+    md = res.table_md()
+    assert "| 1000 | 2 | 1, 2 | 1.5 [" in md and "LLaMA-3.1-8B" in md and "4.6%" in md and "t500000-s3" in md
+    again = type(res).from_dict(json.loads(json.dumps(res.to_dict())))
+    assert again.table_md() == md
+    fig = theta_sweep(res.to_dict())
+    assert sum(len(tr.x) for tr in fig.data if tr.name.startswith("training seed")) == 5
+    assert len(theta_dose_response(res).data) == 12

@@ -1,0 +1,340 @@
+"""Activation patching: the batched sweep equals one forward pass per cell (a naive loop written here,
+on every adapter, MHA and GQA, left-padded pairs of different lengths), equals TransformerLens's
+`patching` functions, and finds the known flow on the organisms' NIAH pairs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import interp
+from interp.hooks.interventions import Intervention
+from interp.models.loading import bundled_models
+from interp.patching import GRID_SITES, PatchingConfig, PatchPair, niah_pairs, run_patching
+from interp.sites import Site
+
+from tests.helpers import FAST_DECODERS, decoder_params, run_cli
+
+TOL = 1e-5
+
+
+def _pairs(lengths=(7, 5, 7), seed=1, vocab=90):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i, n in enumerate(lengths):
+        c = torch.randint(3, vocab, (n,), generator=g).tolist()
+        x = list(c)
+        x[1] = 3 + (x[1] + 7) % (vocab - 3)  # corrupt one early token: its effect flows to the end
+        x[-2] = 3 + (x[-2] + 11) % (vocab - 3)
+        out.append(PatchPair(c, x, 10 + i, 20 + i, f"pair{i}"))
+    return out
+
+
+class _Edit(Intervention):
+    """One-cell patch for the naive loop: fn(t [1, s, (heads,) d]) on one layer's q, k, v or head_out."""
+
+    def __init__(self, layer, kind, fn):
+        super().__init__(None)
+        self.layer, self.kind, self.fn = layer, kind, fn
+        self.edits_qkv = kind in ("q", "k", "v")
+        self.edits_out = kind == "head_out"
+
+    def edit_qkv(self, call, q, k, v):
+        if call.layer == self.layer:
+            t = {"q": q, "k": k, "v": v}[self.kind]
+            t = self.fn(t.transpose(1, 2)).transpose(1, 2)
+            q, k, v = (t if self.kind == n else x for n, x in (("q", q), ("k", k), ("v", v)))
+        return q, k, v
+
+    def edit_out(self, call, out):
+        return self.fn(out) if call.layer == self.layer else out
+
+
+def naive(model, pairs, site, denoise=True):
+    """One forward pass per (pair, cell), unbatched, no padding: {(pair, *cell): raw logit diff}."""
+    kind, axes = GRID_SITES[site]
+    kind = kind.value
+    spec = model.spec
+    T = max(p.n for p in pairs)
+    size = {"layer": spec.n_layers, "position": T, "head": spec.n_heads, "kv_head": spec.n_kv_heads}
+    out = {}
+    for pi, p in enumerate(pairs):
+        base, donor = (p.corrupt, p.clean) if denoise else (p.clean, p.corrupt)
+        cap = interp.Capture([Site(l, kind) for l in range(spec.n_layers)])
+        with model.intervene(cap):
+            model.forward(torch.tensor([donor]))
+        for cell in np.ndindex(*[size[a] for a in axes]):
+            c = dict(zip(axes, cell))
+            pos = None
+            if "position" in c:
+                pos = p.n - (T - c["position"])  # axis index i is position i - T
+                if pos < 0:
+                    continue
+            h = c.get("head", c.get("kv_head"))
+            src = cap[Site(c["layer"], kind)]
+
+            def fn(t, src=src, h=h, pos=pos):
+                t = t.clone()
+                if h is None:
+                    t[:, pos] = src[:, pos]
+                elif pos is None:
+                    t[:, :, h] = src[:, :, h]
+                else:
+                    t[:, pos, h] = src[:, pos, h]
+                return t
+
+            iv = (_Edit(c["layer"], kind, fn) if kind in ("q", "k", "v", "head_out")
+                  else interp.Patch({Site(c["layer"], kind): fn}))
+            with model.intervene(iv):
+                last = model.forward(torch.tensor([base]))[0, -1]
+            out[(pi,) + cell] = float(last[p.answer] - last[p.wrong])
+    return out
+
+
+@pytest.mark.parametrize("family,gqa", decoder_params())
+def test_batched_sweep_equals_naive_loop(family, gqa):
+    """Every grid site, pairs of lengths 7, 5, 7 (left-padded together), chunks that cut across pairs."""
+    from interp.models.tiny import tiny_random_hf
+
+    model = interp.Model(tiny_random_hf(family, gqa=gqa, seed=0))
+    pairs = _pairs()
+    res = run_patching(model, pairs, PatchingConfig(sites=tuple(GRID_SITES), normalize=False, max_batch=13))
+    whole = run_patching(model, pairs, PatchingConfig(sites=tuple(GRID_SITES), normalize=False, max_batch=13,
+                                                      reuse_prefix=False))
+    assert res.n_forward > len(GRID_SITES)  # several chunks per site
+    assert res.n_prefix_rows > 0 and whole.n_prefix_rows == 0 and res.tokens_computed < whole.tokens_computed
+    for site in GRID_SITES:
+        want = naive(model, pairs, site)
+        np.testing.assert_allclose(np.array(whole.sites[site].per_pair, dtype=float),
+                                   np.array(res.sites[site].per_pair, dtype=float), atol=TOL)
+        got = np.array(res.sites[site].per_pair, dtype=float)
+        assert np.isnan(got).sum() == got.size - len(want)  # exactly the cells a pair lacks are empty
+        diffs = [abs(got[k] - v) for k, v in want.items()]
+        assert max(diffs) <= TOL, (site, max(diffs))
+        moved = max(abs(v - res.base_value[k[0]]) for k, v in want.items())
+        # a no-op on both sides would pass the equality: some cell must move the metric (q/k only change
+        # the attention pattern, which is nearly uniform in a random tiny model: a smaller bar, still
+        # 100x the float noise of an unpatched run)
+        assert moved > (2e-5 if site in ("q", "k") else 1e-3), (site, moved)
+        mean = np.array(res.sites[site].mean, dtype=float)
+        np.testing.assert_allclose(mean, np.nanmean(got, 0), atol=1e-7)  # JSON keeps 8 decimals
+
+
+def test_noising_and_normalisation():
+    model = interp.load_model("tiny-random-qwen2")
+    pairs = _pairs((6, 6))
+    raw = run_patching(model, pairs, PatchingConfig(sites=("resid_pre",), direction="noising", normalize=False))
+    want = naive(model, pairs, "resid_pre", denoise=False)
+    got = np.array(raw.sites["resid_pre"].per_pair, dtype=float)
+    assert max(abs(got[k] - v) for k, v in want.items()) <= TOL
+    norm = run_patching(model, pairs, PatchingConfig(sites=("resid_pre",), direction="noising"))
+    base, donor = np.array(norm.base_value), np.array(norm.donor_value)  # noising: base = clean, donor = corrupt
+    expect = (got - base[:, None, None]) / (donor - base)[:, None, None]
+    np.testing.assert_allclose(np.array(norm.sites["resid_pre"].per_pair, dtype=float), expect, atol=1e-6)
+
+
+def test_kv_patching_acts_on_kv_heads_and_records_query_heads():
+    model = interp.load_model("tiny-random-llama")  # GQA: 4 query heads, 2 key-value heads
+    res = run_patching(model, _pairs((6, 6)), PatchingConfig(sites=("k", "v", "q"), normalize=False))
+    assert np.array(res.sites["k"].mean, dtype=float).shape == (model.spec.n_layers, model.spec.n_kv_heads)
+    assert res.sites["k"].kv_query_heads == [[h for h in range(4) if model.spec.kv_head_of(h) == kv]
+                                             for kv in range(model.spec.n_kv_heads)]
+    assert np.array(res.sites["q"].mean, dtype=float).shape == (model.spec.n_layers, model.spec.n_heads)
+
+
+def test_anchor_alignment_and_position_subset():
+    model = interp.load_model("tiny-random-llama")
+    pairs = _pairs((7, 5, 7))
+    for p, a in zip(pairs, (1, 1, 1)):
+        p.anchor = a  # the corrupted token
+    res = run_patching(model, pairs, PatchingConfig(sites=("resid_pre",), normalize=False, align="anchor"))
+    g = res.sites["resid_pre"]
+    assert g.positions == list(range(-1, 6))  # offsets from the anchor that some pair has
+    got = np.array(g.per_pair, dtype=float)
+    end = run_patching(model, pairs, PatchingConfig(sites=("resid_pre",), normalize=False))
+    e = np.array(end.sites["resid_pre"].per_pair, dtype=float)
+    for pi, p in enumerate(pairs):  # the same cells, indexed from the anchor instead of the end
+        for j, off in enumerate(g.positions):
+            i = p.anchor + off  # token index
+            if 0 <= i < p.n:
+                np.testing.assert_allclose(got[pi, :, j], e[pi, :, end.sites["resid_pre"].positions.index(i - p.n)],
+                                           atol=1e-6)
+    sub = run_patching(model, pairs, PatchingConfig(sites=("resid_pre",), normalize=False, positions=(-1,)))
+    np.testing.assert_allclose(np.array(sub.sites["resid_pre"].per_pair, dtype=float)[..., 0], e[..., -1], atol=1e-6)
+    with pytest.raises(interp.InvalidInputError, match="not on the position axis"):
+        run_patching(model, pairs, PatchingConfig(positions=(-99,)))
+
+
+def test_result_json_frame_and_figures():
+    from interp.figures.patching import patching_heatmaps
+
+    model = interp.load_model("tiny-random-gpt2")
+    res = run_patching(model, _pairs((6, 4)), PatchingConfig(sites=("resid_pre", "head_out", "head_out_by_pos")))
+    d = json.loads(json.dumps(res.to_dict()))  # valid JSON (NaN cells are null)
+    assert d["sites"]["resid_pre"]["axes"] == ["layer", "position"] and d["sites"]["resid_pre"]["positions"][-1] == -1
+    assert len(d["tokens"]["clean"][1]) == 6 and d["tokens"]["clean"][1][:2] == ["", ""]  # the 4-token pair
+    df = res.to_frame()
+    hd = df[df.site == "head_out"]
+    assert len(hd) == model.spec.n_layers * model.spec.n_heads and {"layer", "head", "mean", "lo", "hi"} <= set(df)
+    assert (df[df.site == "resid_pre"].n_pairs.max(), df[df.site == "resid_pre"].n_pairs.min()) == (2, 1)
+    figs = patching_heatmaps(d)
+    assert set(figs) == {"patching_resid_pre", "patching_head_out", "patching_head_out_by_pos"}
+    hm = figs["patching_resid_pre"].data[0]
+    assert (hm.zmin, hm.zmax, hm.zmid) == (-1, 1, 0) and hm.colorscale[0][1] != hm.colorscale[-1][1]
+
+
+# ---- TransformerLens's patching functions -----------------------------------------------------
+TL_CASES = [("gpt2", False), ("gpt_neox", False), ("llama", False), ("llama", True), ("qwen2", True),
+            ("mistral", True), ("gemma2", False), ("olmo2", True)]
+TL_FUNCS = {"resid_pre": "get_act_patch_resid_pre", "attn_out": "get_act_patch_attn_out",
+            "mlp_out": "get_act_patch_mlp_out", "head_out": "get_act_patch_attn_head_out_all_pos",
+            "head_out_by_pos": "get_act_patch_attn_head_out_by_pos", "q": "get_act_patch_attn_head_q_all_pos",
+            "k": "get_act_patch_attn_head_k_all_pos", "v": "get_act_patch_attn_head_v_all_pos"}
+
+
+@pytest.mark.parametrize("family,gqa", [
+    pytest.param(f, g, id=i, marks=() if i in FAST_DECODERS else pytest.mark.slow)
+    for (f, g), i in zip(TL_CASES, [f"{f}-{'gqa' if g else 'mha'}" for f, g in TL_CASES])])
+def test_equals_transformerlens_patching(family, gqa, tmp_path):
+    pytest.importorskip("transformer_lens")
+    import transformer_lens.patching as tlp
+
+    from interp.models.tiny import VOCAB, tiny_random_hf
+
+    from tests.helpers import tl_bridge
+
+    br, _ = tl_bridge(family, gqa, tmp_path)
+    model = interp.Model(tiny_random_hf(family, gqa=gqa, seed=0))
+    pairs = _pairs((8, 8), vocab=VOCAB)
+    clean = torch.tensor([p.clean for p in pairs])
+    corrupt = torch.tensor([p.corrupt for p in pairs])
+    ans = torch.tensor([p.answer for p in pairs])
+    wrong = torch.tensor([p.wrong for p in pairs])
+
+    def metric(logits):  # mean over pairs of the raw logit difference at the last position
+        last = logits[:, -1]
+        return (last.gather(1, ans[:, None]) - last.gather(1, wrong[:, None])).mean()
+
+    with torch.no_grad():
+        _, cache = br.run_with_cache(clean)
+    res = run_patching(model, pairs, PatchingConfig(sites=tuple(TL_FUNCS), normalize=False))
+    base = float(np.mean(res.base_value))
+    for site, fn in TL_FUNCS.items():
+        if family == "olmo2" and site in ("q", "k"):
+            # TL's hook_q/hook_k are the projections before OLMo-2's q/k norm, which spans all heads, so
+            # patching one head there changes every head; interp patches the post-norm, post-RoPE head
+            # (the naive-loop test covers it on OLMo-2)
+            continue
+        with torch.no_grad():
+            ref = getattr(tlp, fn)(br, corrupt, cache, metric).float().numpy()
+        ours = np.array(res.sites[site].mean, dtype=float)
+        assert ours.shape == ref.shape, (site, ours.shape, ref.shape)
+        assert np.abs(ours - ref).max() <= TOL, (site, np.abs(ours - ref).max())
+        assert np.abs(ref - base).max() > (2e-5 if site in ("q", "k") else 1e-3), f"{site}: the TL patch moves nothing"
+
+
+# ---- the organisms: the known flow -------------------------------------------------------------
+@pytest.mark.parametrize("name", ["tiny-qwen2", pytest.param("tiny-llama", marks=pytest.mark.slow)])
+def test_niah_patching_finds_the_retrieval_heads_and_the_needle(bundled, name):
+    from interp.analyses.retrieval import RetrievalConfig, detect_retrieval_heads
+    from interp.tasks.niah import NiahConfig, build_niah
+
+    if name not in bundled_models():
+        pytest.fail(f"bundled organism {name} is missing from data/organisms")
+    model = bundled(name)
+    niah = NiahConfig(context_lengths=(512,), depths=(0.0, 0.5, 1.0), n_seeds=2)  # at 256 tokens qwen2's L1H1
+    # the confident retrieval heads (score > 0.5; on this 6-prompt grid a layer-1 head of qwen2 scores just above
+    # the usual 0.1, which the 80-prompt grid of the README does not find)
+    det = detect_retrieval_heads(model, RetrievalConfig(niah=niah, threshold=0.5),
+                                 samples=build_niah(model.tokenizer, niah))
+    detected = set(det.heads)
+    assert detected
+    pairs = niah_pairs(model.tokenizer, niah)
+    res = run_patching(model, pairs, PatchingConfig(sites=("head_out_by_pos",), positions=(-1,), n_boot=200))
+    z = np.array(res.sites["head_out_by_pos"].mean, dtype=float)[:, 0, :]  # [layer, head] at the last token
+    H = z.shape[1]
+    ranked = [f"L{i // H}H{i % H}" for i in np.argsort(-z.ravel())]
+    # every head that moves the value at the last token (> 0.05 of the logit difference) is a detected retrieval
+    # head, and the strongest two are; a detected head may move little alone (the first v2 tiny-llama's L3H1
+    # copied the value too, after layer 2 had written it)
+    movers = {ranked[i] for i in range(len(ranked)) if np.sort(z.ravel())[::-1][i] > 0.05}
+    assert len(movers) >= 2 and movers <= detected and set(ranked[:2]) <= detected, (ranked[:6], detected)
+    assert np.mean(res.donor_value) - np.mean(res.base_value) > 5  # clean predicts its value, corrupt the other
+    # resid_pre aligned on the needle value: the value position carries the answer into the retrieval layer (the
+    # layer of the strongest head), and from the layer after it the last position does
+    ret_layer = int(ranked[0][1:].split("H")[0])
+    anch = run_patching(model, pairs, PatchingConfig(sites=("resid_pre",), align="anchor", positions=(0,), n_boot=200))
+    at_value = np.array(anch.sites["resid_pre"].mean, dtype=float)[:, 0]
+    end = run_patching(model, pairs, PatchingConfig(sites=("resid_pre",), positions=(-1,), n_boot=200))
+    at_last = np.array(end.sites["resid_pre"].mean, dtype=float)[:, 0]
+    assert (at_value[:ret_layer] > 0.95).all() and (at_value[ret_layer + 1:] < 0.05).all(), at_value
+    assert (at_last[:ret_layer] < 0.05).all() and (at_last[ret_layer + 1:] > 0.95).all(), at_last
+
+
+# ---- CLI -----------------------------------------------------------------------------------------
+def test_cli_patch_end_to_end(tmp_path, capsys):
+    o = tmp_path / "o"
+    code, out, err = run_cli(["patch", "-m", "tiny-llama", "--task", "repeated", "--n-seeds", "4", "--copy-length", "8",
+                              "--site", "resid_pre,head_out", "--n-boot", "100", "--out", str(o), "--json"], capsys)
+    assert code == 0, err
+    d = json.loads(out)
+    assert d == json.loads((o / "patching.json").read_text())
+    corrupted = d["tokens"]["clean"][0]
+    assert len(corrupted) == len(d["sites"]["resid_pre"]["positions"])
+    for f in ("patching.csv", "pairs.jsonl", "patching_resid_pre.html", "patching_head_out.html"):
+        assert (o / f).stat().st_size > 100, f
+    assert not (o / ".partial").exists()
+
+
+@pytest.mark.parametrize("lines,args,msg", [
+    ([{"clean": "The secret code is Oscar", "corrupt": "The secret code of the lamp is Oscar", "answer": " A",
+       "wrong": " B"}], [], "p.jsonl:1: the clean prompt is"),
+    ([{"clean": "a b", "corrupt": "a c", "answer": " Oscar Oscar", "wrong": " B"}], [], "is 2 tokens"),
+    ([{"clean": "a b", "corrupt": "a c", "answer": " A"}], [], "missing or empty string field(s) ['wrong']"),
+    ([], [], "has no pairs"),
+    ([{"clean": "a b", "corrupt": "a c", "answer": " Oscar", "wrong": " Henry"}], ["--site", "resid_mid"],
+     "resid_mid is not available"),
+    ([{"clean": "a b", "corrupt": "a c", "answer": " Oscar", "wrong": " Henry"}], ["--site", "bogus"],
+     "unknown patching site 'bogus'"),
+    ([{"clean": "a b", "corrupt": "a c", "answer": " Oscar", "wrong": " Henry"}], ["--direction", "up"],
+     "unknown direction 'up'"),
+])
+def test_cli_patch_bad_input_exits_2_and_writes_nothing(tmp_path, capsys, lines, args, msg):
+    p = tmp_path / "p.jsonl"
+    p.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    o = tmp_path / "o"
+    code, _, err = run_cli(["patch", "-m", "tiny-qwen2", "--pairs", str(p), "--out", str(o)] + args, capsys)
+    assert code == 2 and msg in err and "Traceback" not in err, err
+    assert not o.exists()
+
+
+def test_a_task_the_model_cannot_do_warns_that_normalised_values_are_noise(tmp_path, capsys):
+    """Pairs whose change cannot move the answer (an adjective early in a sentence vs two nouns the prompt does
+    not choose between: measured median |donor - base| 0.046 nats on tiny-qwen2; the v2 tiny-qwen2 moves
+    " lantern" vs " kettle" by 0.35 with red vs blue, so that pair no longer serves): every normalised cell
+    divides by ~0; the run says so (one warning line, recorded in run.json). NIAH, which it does, does not."""
+    import json
+
+    from tests.helpers import run_cli
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"clean": f" The red {s} was quiet and calm, and then the old man",
+                                         "corrupt": f" The blue {s} was quiet and calm, and then the old man",
+                                         "answer": " compass", "wrong": " candle"}) + "\n"
+                             for s in ("river", "garden", "tower", "bridge", "market", "forest", "castle", "village")))
+    code, _, err = run_cli(["patch", "--model", "tiny-qwen2", "--pairs", str(pairs), "--site", "resid_pre",
+                            "--positions=-1", "--out", str(tmp_path / "ioi")], capsys)
+    assert code == 0, err
+    assert err.count("warning: the clean and corrupt runs barely differ") == 1
+    assert any("barely differ" in w for w in json.loads((tmp_path / "ioi" / "run.json").read_text())["warnings"])
+    code, _, err = run_cli(["patch", "--model", "tiny-qwen2", "--task", "niah", "--lengths", "128", "--depths", "0,1",
+                            "--n-seeds", "2", "--site", "resid_pre", "--positions=-1", "--out", str(tmp_path / "niah")],
+                           capsys)
+    assert code == 0, err
+    assert "barely differ" not in err
+    code, _, err = run_cli(["patch", "--model", "tiny-qwen2", "--pairs", str(pairs), "--site", "resid_pre",
+                            "--positions=-1", "--raw", "--out", str(tmp_path / "raw")], capsys)
+    assert code == 0 and "barely differ" not in err  # raw values divide by nothing
