@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.interp-installed
 
-.PHONY: setup demo models test test-fast bench results results-ioi-path clean
+.PHONY: setup demo models test test-fast bench results results-ioi-path results-theta clean
 
 setup: $(STAMP)
 
@@ -88,6 +88,12 @@ results-%: setup
 		--overwrite --out $(OUT)/patch-ioi
 	@if [ "$*" = tiny-qwen2 ]; then $(I) probe --model $* --overwrite --out $(OUT)/probe; fi
 	@if [ "$*" = tiny-qwen2 ]; then $(MAKE) --no-print-directory results-ioi-path; fi
+
+# Finding (ii) as a controlled experiment (docs/results.md#retrieval-heads-vs-rope_theta): tiny-llama variants
+# that differ only in rope_theta (1e3, 1e4, 5e5) and training seed (2, 3); builds the missing ones (about 40 min
+# each, two at a time on one thread each), measures every build, writes the head-count-vs-theta table.
+results-theta: setup
+	$(I) organisms sweep --out runs/results/theta
 
 # IOI path patching on tiny-qwen2, the organism that solves IOI (docs/results.md): every head's direct effect
 # on the logit difference, then what reaches the three layer-3 heads with the largest direct effect (L3H0,

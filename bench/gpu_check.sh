@@ -6,7 +6,7 @@
 #     bash bench/gpu_check.sh                 # or: PY=/path/to/python OUT=/tmp/gpu bash bench/gpu_check.sh
 #
 # Steps (each under its own time limit; a failing step is recorded and the next one still runs):
-#   1. parity on CUDA in float32 and bfloat16 (tests/test_parity_device.py; its docstring states the
+#   1. parity on CUDA in float32 and bfloat16 (tests/models/test_parity_device.py; its docstring states the
 #      bf16 tolerances): logits, attention rows vs eager weights, head ablation vs a hook reference
 #   2. bench/scale.py on the GPU: the Qwen2.5-7B-geometry rehearsal model at 4K-32K tokens, bf16
 #   3. bench/overhead.py on the GPU: interp's wrapper and interventions vs plain transformers
@@ -40,7 +40,7 @@ step() {  # step NAME LIMIT_SECONDS COMMAND...
 cat "$OUT/device.txt"
 
 step parity 75 env INTERP_TEST_DEVICE="$DEVICE" INTERP_TEST_DTYPES=float32,bfloat16 \
-    "$PY" -m pytest -q tests/test_parity_device.py --junitxml "$OUT/parity.xml"
+    "$PY" -m pytest -q tests/models/test_parity_device.py --junitxml "$OUT/parity.xml"
 
 if [ "$DEVICE" = cpu ]; then LENGTHS=(--lengths 512 --modes plain,ablate,greedy,detect); else LENGTHS=(--lengths 4096,8192,16384,32768 --repeats 3); fi
 step scale 200 "$PY" bench/scale.py --device "$DEVICE" "${LENGTHS[@]}" "${QUICK[@]}" --out "$OUT/scale-$DEVICE.json"

@@ -1,7 +1,7 @@
 """Writes the notebooks in this folder (thin: a parameters cell, then calls into the top-level `interp` API).
 
 Run `python notebooks/make_notebooks.py` after editing; the test suite executes the .ipynb files
-(tests/test_notebooks.py) and checks the numbers each one prints on its last line as JSON.
+(tests/docs/test_notebooks.py) and checks the numbers each one prints on its last line as JSON.
 
 Every notebook: a title, a parameters cell (tagged "parameters", sizes that run in well under a minute on
 one CPU thread), calls into `interp` (names from `interp` itself, figures from `interp.figures`), at least

@@ -77,3 +77,14 @@ def ckpt(tmp_path_factory):
     from tests.helpers import make_checkpoint
 
     return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-a")
+
+
+# The longest files first: under `pytest -n auto --dist loadfile` a file runs in one worker, and one that starts
+# last would leave the other workers idle at the end. Order is otherwise as collected.
+LONGEST_FIRST = ("tests/models/test_real_models.py", "tests/runtime/test_distributed.py", "tests/docs/test_notebooks.py",
+                 "tests/docs/test_readme_examples.py", "tests/cli/test_batch_auto.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))

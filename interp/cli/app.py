@@ -207,8 +207,9 @@ def report(dirs: list[str] = typer.Argument(..., help="Run folders (each with it
                                 "help_option_names": []}, add_help_option=False)
 def organisms(ctx: typer.Context):
     """Build or evaluate the bundled model organisms: `interp organisms build NAME`, `interp organisms eval NAME`,
-    `interp organisms tokenizer` (same options as `python -m interp.organisms`; `interp organisms -h` and
-    `interp organisms build -h` list them)."""
+    `interp organisms sweep` (rope_theta variants: build, measure, head count vs theta), `interp organisms
+    tokenizer` (same options as `python -m interp.organisms`; `interp organisms -h` and `interp organisms build -h`
+    list them)."""
     from interp.organisms.__main__ import main as organisms_main
 
     raise typer.Exit(organisms_main(list(ctx.args)))

@@ -36,7 +36,8 @@ EXAMPLES = {
              "interp plan -m gemma-2-9b --lengths 8192 --analysis detect --batch-size 4 --budget-gib 80 --json"],
     "report": ["interp report runs/demo", "interp report runs/*/"],
     "organisms": ["interp organisms eval tiny-qwen2", "interp organisms eval tiny-llama --no-write",
-                  "interp organisms build tiny-llama --threads 2"],
+                  "interp organisms build tiny-llama --threads 2",
+                  "interp organisms sweep --no-build --out runs/theta"],
 }
 
 

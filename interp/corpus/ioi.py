@@ -8,7 +8,7 @@ the indirect object (IO). The two orders of the first clause are both generated:
 John gave ... to" -> Mary).
 
 Names come from the corpus's own list (:data:`interp.corpus.NAMES`; each is one token of the organism
-tokenizer with its leading space, which ``tests/test_organisms_v2.py`` checks), templates are this
+tokenizer with its leading space, which ``tests/organisms/test_v2.py`` checks), templates are this
 module's :data:`TEMPLATES` (written for this package, in the corpus's vocabulary). Both are split once,
 by a fixed seed, into a train part and a held-out part (:func:`ioi_split`): the held-out names and
 templates are for evaluation only, so a future organisms build can add IOI documents

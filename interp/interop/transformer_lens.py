@@ -3,7 +3,7 @@
 The map itself lives in interp.sites (pure strings, no transformer_lens import); this module adds
 the model-aware spelling and the HF model behind a TransformerBridge (`from_bridge`). Per interp kind, the TransformerLens hook
 that records the same tensor (checked against TransformerLens 4.3's TransformerBridge on every
-tiny adapter in tests/test_interop.py, <= 1e-5):
+tiny adapter in tests/interop/test_interop.py, <= 1e-5):
 
     L{l}.resid_pre     blocks.{l}.hook_resid_pre      (bridge alias: blocks.{l}.hook_in)
     L{l}.attn_out      blocks.{l}.hook_attn_out       (module output: blocks.{l}.attn.hook_out)

@@ -28,6 +28,16 @@ def _count(minimum: int):
     return parse
 
 
+def _finite(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if v != v or v in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number")
+    return v
+
+
 def _numbers(kind, minimum):
     def parse(text: str) -> list:
         try:
@@ -75,7 +85,8 @@ def main(argv=None) -> int:
     w = sub.add_parser("sweep", help="build rope_theta x seed variants of one organism (missing ones only), measure "
                        "their retrieval heads and write the head-count-vs-theta table and figures (finding ii)")
     w.add_argument("--base", default="tiny-llama", help="the organism whose v2 recipe every variant shares")
-    w.add_argument("--thetas", type=_numbers(float, 1e-9), default="1000,10000,500000", metavar="T,T,...")
+    w.add_argument("--thetas", type=_numbers(float, 1e-9), default="1000,10000,500000", metavar="T,T,...",
+                   help="rope_theta values (at least two)")
     w.add_argument("--seeds", type=_numbers(int, 0), default="2,3", metavar="S,S,...", help="training seeds")
     w.add_argument("--builds", default=None, help="where variant builds are found and made "
                    "(default data/organisms/theta; the variant equal to a bundled organism is that organism)")
@@ -86,7 +97,7 @@ def main(argv=None) -> int:
     w.add_argument("--lengths", type=_numbers(int, 16), default="512,1024", metavar="N,N",
                    help="NIAH context lengths of the detection")
     w.add_argument("--n-seeds", type=_count(1), default=8, help="NIAH seeds of the detection")
-    w.add_argument("--threshold", type=float, default=0.1, help="retrieval score above which a head counts")
+    w.add_argument("--threshold", type=_finite, default=0.1, help="retrieval score above which a head counts")
     w.add_argument("--n-boot", type=_count(1), default=2000, help="bootstrap resamples (seeds, then NIAH seeds)")
     w.add_argument("--threads", type=_count(1), default=1, help="torch threads while measuring")
     args = ap.parse_args(argv)

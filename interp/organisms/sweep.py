@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -112,7 +113,7 @@ def build_missing(variants: Sequence[Variant], builds_dir: str | Path = BUILDS_D
     builds_dir = Path(builds_dir)
     found = {v.name: locate(v, builds_dir) for v in variants}
     todo = [v for v in variants if found[v.name] is None]
-    running: list[tuple[Variant, subprocess.Popen, Path, float]] = []
+    running: list[tuple[Variant, subprocess.Popen, Path, float, object]] = []
     failed = []
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     builds_dir.mkdir(parents=True, exist_ok=True)
@@ -120,17 +121,19 @@ def build_missing(variants: Sequence[Variant], builds_dir: str | Path = BUILDS_D
         while todo and len(running) < max(1, parallel):
             v = todo.pop(0)
             tmp = builds_dir / f"{v.name}.partial"
+            shutil.rmtree(tmp, ignore_errors=True)  # an interrupted earlier build of this variant
             argv = v.build_argv(tmp, steps)
             log(f"building {v.name}: {shlex.join(argv[1:])}  (log: {tmp}.log)")
             logf = open(f"{tmp}.log", "w")
             running.append((v, subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, env=env), tmp,
-                            time.time()))
+                            time.time(), logf))
         time.sleep(1 if steps else 10)
         for item in list(running):
-            v, proc, tmp, t0 = item
+            v, proc, tmp, t0, logf = item
             if proc.poll() is None:
                 continue
             running.remove(item)
+            logf.close()
             if proc.returncode != 0 or not (tmp / "model.safetensors").is_file():
                 failed.append(f"{v.name} (exit {proc.returncode}; see {tmp}.log)")
                 continue

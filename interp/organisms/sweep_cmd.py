@@ -57,7 +57,9 @@ def run_sweep(args) -> int:
         if cache.is_file():
             saved = json.loads(cache.read_text())
             if saved.get("key") == key and saved["measure"].get("sha256") == sha:
-                measures.append(BuildMeasure.from_dict(saved["measure"]))
+                m = BuildMeasure.from_dict(saved["measure"])
+                m.path = str(path)  # the same weights (sha256), wherever the folder is now
+                measures.append(m)
                 print(f"{v.name}: measured already ({cache})")
                 continue
         print(f"{v.name}: measuring {path} ...", flush=True)

@@ -137,12 +137,14 @@ def measure_build(path: str | Path, niah: NiahConfig | None = None, threshold: f
 @dataclass
 class ThetaSweepResult:
     """The controlled experiment: every build's measures, the trend over the builds that retrieve, the builds
-    left out (recall below RETRIEVES) and the paper's two models beside them."""
+    left out (recall below RETRIEVES), the same trend over every build (`trend_all`: does leaving them out
+    change the answer?) and the paper's two models beside them."""
 
     base: str
     builds: list[BuildMeasure]
     trend: dict  # interp.stats.trend.TrendResult.to_dict()
     excluded: list[str]
+    trend_all: dict | None  # the same over every build (None when none was left out)
     sweep_by_theta: dict  # {theta: {threshold: mean head count over the builds}}
     paper: list[dict]
     compute: dict
@@ -192,6 +194,30 @@ class ThetaSweepResult:
                      f"{t['threshold']:g}, {t['n_boot']} bootstrap resamples of training seeds then NIAH seeds).")
         if self.excluded:
             lines.append(f"Left out (NIAH recall < {RETRIEVES}): {', '.join(self.excluded)}.")
+        lines += ["", self.builds_md()]
+        if self.trend_all:
+            a = self.trend_all
+            counts = "; ".join(f"{s['setting']:g}: {', '.join(map(str, s['counts']))}" for s in a["settings"])
+            lines.append(f"Every build, those left out included ({counts}): slope {a['slope']:+.2f} "
+                         f"[{a['slope_lo']:+.2f}, {a['slope_hi']:+.2f}], exact permutation p = {a['p_value']:.3f}.")
+        return "\n".join(lines)
+
+
+    def builds_md(self, sweep=(0.05, 0.1, 0.2, 0.5), dose: int = 8) -> str:
+        """One row per build: recall, retrieval heads and where they sit, the threshold sweep, NIAH recall with
+        `dose` lowest-band dims of those heads zeroed vs as many random dims (finding iv), and the q/k-norm
+        statistic's Cohen's d, retrieval vs other heads, with its layer-clustered p (finding iii)."""
+        head = " / ".join(f">{t:g}" for t in sweep)
+        lines = [f"| build | recall | retrieval heads (per layer) | heads {head} | recall, {dose} lowest dims zeroed "
+                 f"vs random | qk_norm d (p) |", "|---|---|---|---|---|---|"]
+        for b in self.builds:
+            counts = {round(r["threshold"], 6): r["n_heads"] for r in b.sweep}
+            rz = next((d for d in b.rope_zero if d["dose"] == dose), None)
+            rz_cell = f"{rz['target']:.2f} vs {rz['random_dims']:.2f}" if rz else "-"
+            qk = f"{b.qk_norm['cohens_d']:+.2f} ({b.qk_norm['p_value']:.2f})" if b.qk_norm else "-"
+            lines.append(f"| {b.name} | {b.recall:.2f} | {', '.join(b.heads) or '-'} "
+                         f"({'/'.join(map(str, b.per_layer))}) | "
+                         f"{' / '.join(str(counts.get(t, '-')) for t in sweep)} | {rz_cell} | {qk} |")
         return "\n".join(lines)
 
 
@@ -207,9 +233,12 @@ def analyse(builds: list[BuildMeasure], base: str, threshold: float = 0.1, n_boo
     if len({b.rope_theta for b in used}) < 2:
         raise InvalidInputError(f"fewer than two thetas have a build that retrieves (recall >= {RETRIEVES}): "
                                 f"{', '.join(excluded) or 'no builds'}")
-    trend = count_trend([BuildScores(b.rope_theta, np.array(b.sample_scores), np.array(b.sample_recalled),
-                                     np.array(b.sample_seeds), b.name) for b in used],
-                        threshold=threshold, n_boot=n_boot, seed=seed)
+    def scores(bs):
+        return [BuildScores(b.rope_theta, np.array(b.sample_scores), np.array(b.sample_recalled),
+                            np.array(b.sample_seeds), b.name) for b in bs]
+
+    trend = count_trend(scores(used), threshold=threshold, n_boot=n_boot, seed=seed)
+    trend_all = count_trend(scores(builds), threshold=threshold, n_boot=n_boot, seed=seed) if excluded else None
     by_theta: dict = {}
     for b in used:
         for row in b.sweep:
@@ -218,5 +247,6 @@ def analyse(builds: list[BuildMeasure], base: str, threshold: float = 0.1, n_boo
     compute = {"train_seconds": round(sum(b.train_seconds or 0 for b in builds), 1),
                "measure_seconds": round(sum(b.measure_seconds for b in builds), 1), "builds": len(builds)}
     return ThetaSweepResult(base=base, builds=list(builds), trend=trend.to_dict(), excluded=excluded,
+                            trend_all=trend_all.to_dict() if trend_all else None,
                             sweep_by_theta=sweep, paper=PAPER, compute=compute,
                             config={"threshold": threshold, "n_boot": n_boot, "seed": seed, "retrieves": RETRIEVES})

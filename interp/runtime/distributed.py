@@ -11,7 +11,7 @@ way (it depends on the prompts and the batch size only). `map_units(name, n, fn)
   `torch.distributed.all_gather_object`, so every rank holds the same outcomes, computes the same
   statistics, and rank 0 alone writes the result. A unit is a whole batch, computed with exactly the
   shapes the single process uses, so the numbers are the same as a one-process run (on CPU,
-  bit-identical; tests/test_distributed.py compares them);
+  bit-identical; tests/runtime/test_distributed.py compares them);
 * inside a `sweep(folder)` (the CLI opens one per run): each finished unit is also written to
   `folder/CALL-NAME-KEY/UNIT.json` (atomically), and a rerun of the same command reads it back
   instead of computing it, so a killed sweep resumes without redoing finished units, whatever the

@@ -9,50 +9,17 @@ import subprocess
 
 import pytest
 
+from tests.cli.conftest import RUNS
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.slow  # the heavy tier: every command run, then its page opened in Chromium
 
-RUNS = {  # one small run per command (and per patching method)
-    "retrieval": ["detect", "retrieval", "-m", "tiny-qwen2", "--lengths", "256", "--depths", "0.25,0.75",
-                  "--n-seeds", "2"],
-    "ablate": ["ablate", "-m", "tiny-qwen2", "--heads", "L2H4,L2H5", "--lengths", "256", "--depths", "0.5",
-               "--n-seeds", "2", "--draws", "1"],
-    "rope-zero": ["rope-zero", "-m", "tiny-qwen2", "--heads", "L2H4", "--lengths", "256", "--depths", "0.5",
-                  "--n-seeds", "2", "--dims", "0,8", "--random-draws", "1", "--head-draws", "1"],
-    "rope-profile": ["rope-profile", "-m", "tiny-qwen2", "--heads", "L2H4", "--n-texts", "2", "--n-tokens", "64"],
-    "induction": ["detect", "induction", "-m", "tiny-random-gpt2", "--copy-lengths", "6", "--n-seqs", "3", "--heads",
-                  "L1H1", "--draws", "1", "--copy-tokens", "40", "--n-boot", "100"],
-    "copy-suppression": ["detect", "copy-suppression", "-m", "tiny-qwen2", "--n-texts", "4", "--seq-len", "32",
-                         "--circuit-tokens", "64", "--candidates", "1", "--n-boot", "50"],
-    "patch": ["patch", "-m", "tiny-llama", "--task", "repeated", "--n-seeds", "3", "--copy-length", "6", "--site",
-              "resid_pre,head_out", "--n-boot", "50"],
-    "patch-atp": ["patch", "-m", "tiny-llama", "--task", "repeated", "--n-seeds", "3", "--copy-length", "6", "--site",
-                  "head_out", "--method", "atp-qk", "--verify-top", "2", "--verify-sample", "2", "--n-boot", "50"],
-    "patch-path": ["patch", "-m", "tiny-llama", "--task", "repeated", "--n-seeds", "3", "--copy-length", "6",
-                   "--method", "path", "--senders", "L0H0", "--via", "logits", "--n-boot", "50"],
-    "probe": ["probe", "-m", "tiny-qwen2", "-n", "48", "--max-length", "32", "--no-heads"],
-}
+REPORTED = [n for n in RUNS if n != "cache"]  # a store has no report page
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    import pytest as _pytest
-
-    root = tmp_path_factory.mktemp("runs")
-    out = {}
-    for name, args in RUNS.items():
-        cap = _Cap()
-        code, _, err = run_cli(args + ["--out", str(root / name)], cap)
-        if code != 0:
-            _pytest.fail(f"{name}: {err}")
-        out[name] = root / name
-    return out
-
-
-class _Cap:  # run_cli wants capsys; a module fixture has none, and the output is not needed
-    def readouterr(self):
-        return type("O", (), {"out": "", "err": ""})()
+def runs(cli_runs):
+    return {name: folder for name, (folder, _) in cli_runs.items()}
 
 
 def _chromium() -> str:
@@ -88,7 +55,7 @@ def check_page(dom: str) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("name", list(RUNS))
+@pytest.mark.parametrize("name", REPORTED)
 def test_every_command_writes_a_report_that_draws_in_a_browser(runs, name):
     d = runs[name]
     index = d / "index.html"

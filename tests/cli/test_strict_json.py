@@ -10,6 +10,7 @@ import pytest
 
 from interp.runtime.jsonio import dumps, strict
 
+from tests.cli.conftest import RUNS
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.slow  # the heavy tier: every command run once
@@ -30,31 +31,10 @@ def test_strict_replaces_non_finite_numbers_and_names_them():
         _strict_load(json.dumps({"a": math.nan}))  # what plain json.dumps would have written
 
 
-@pytest.mark.parametrize("args", [
-    # masking the retrieval heads takes recall 1 -> 0 on every prompt: d_z = -inf
-    ["ablate", "-m", "tiny-qwen2", "--heads", "L2H4,L2H5,L2H6,L2H7", "--lengths", "256", "--depths", "0.5",
-     "--n-seeds", "2", "--draws", "1"],
-    ["detect", "induction", "-m", "tiny-random-gpt2", "--copy-lengths", "6", "--n-seqs", "3", "--heads", "L1H1",
-     "--draws", "1", "--copy-tokens", "40", "--n-boot", "100"],
-    ["patch", "-m", "tiny-llama", "--task", "repeated", "--n-seeds", "3", "--copy-length", "6", "--site",
-     "resid_pre", "--n-boot", "50"],
-    ["patch", "-m", "tiny-llama", "--task", "repeated", "--n-seeds", "3", "--copy-length", "6", "--site",
-     "head_out", "--method", "atp-qk", "--verify-top", "2", "--verify-sample", "2", "--n-boot", "50"],
-    ["patch", "-m", "tiny-llama", "--task", "repeated", "--n-seeds", "3", "--copy-length", "6", "--method", "path",
-     "--senders", "L0H0", "--via", "logits", "--n-boot", "50"],
-    ["detect", "retrieval", "-m", "tiny-qwen2", "--lengths", "256", "--depths", "0.5", "--n-seeds", "2"],
-    ["detect", "copy-suppression", "-m", "tiny-qwen2", "--n-texts", "4", "--seq-len", "32", "--circuit-tokens",
-     "64", "--candidates", "1", "--n-boot", "50"],
-    ["rope-zero", "-m", "tiny-qwen2", "--heads", "L2H4", "--lengths", "256", "--depths", "0.5", "--n-seeds", "2",
-     "--dims", "0,8", "--random-draws", "1", "--head-draws", "1"],
-    ["rope-profile", "-m", "tiny-qwen2", "--heads", "L2H4", "--n-texts", "2", "--n-tokens", "64"],
-    ["probe", "-m", "tiny-qwen2", "-n", "48", "--max-length", "32", "--no-heads"],
-    ["cache", "-m", "tiny-qwen2", "-n", "4", "--max-length", "32"],
-], ids=lambda a: " ".join(a[:2]))
-def test_every_result_json_is_strict(args, tmp_path, capsys):
-    o = tmp_path / "o"
-    code, out, err = run_cli(args + ["--out", str(o), "--json"], capsys)
-    assert code == 0, err
+@pytest.mark.parametrize("name", list(RUNS))
+def test_every_result_json_is_strict(name, cli_runs):
+    o, out = cli_runs[name]
+    args = RUNS[name]
     _strict_load(out)
     files = sorted(o.rglob("*.json"))  # results, run.json, a store's manifest
     assert files and (args[0] == "cache" or (o / "run.json") in files)

@@ -317,7 +317,7 @@ class LoopPatch(Intervention):
 
 
 ROW_SETS = [None, [1], [4, 1, 2], [0, 4, 3, 3]]  # unordered, crossing chunks, duplicate (out of range: refused,
-# tests/test_silent_noops.py)
+# tests/hooks/test_silent_noops.py)
 
 
 def _forward(model, x, iv, batch_size):

@@ -1,7 +1,7 @@
 """Parity with plain transformers on a chosen device and dtype (bench/gpu_check.sh runs it on CUDA).
 
 INTERP_TEST_DEVICE (default cpu) and INTERP_TEST_DTYPES (default bfloat16 on cpu: float32 is
-tests/test_parity.py's; gpu_check.sh passes float32,bfloat16). Both models run the same dtype on the
+tests/models/test_parity.py's; gpu_check.sh passes float32,bfloat16). Both models run the same dtype on the
 same device, so the wrapper itself should add nothing; the tolerances allow for kernels that differ
 between a wrapped and a plain call:
 

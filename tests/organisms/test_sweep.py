@@ -108,7 +108,7 @@ def _measure(theta, seed, heads, recall=1.0, n_prompts=8):
         scores=s.mean(0).tolist(), rope_zero=[{"dose": 0, "target": 1.0, "target_lo": 1.0, "target_hi": 1.0,
                                                "random_dims": 1.0, "matched_heads": 1.0}], qk_norm=None,
         train_seconds=100.0, measure_seconds=10.0, sha256=None, niah={}, sample_scores=s.tolist(),
-        sample_recalled=[recall >= 0.9] * n_prompts, sample_seeds=[i % 4 for i in range(n_prompts)])
+        sample_recalled=[i < recall * n_prompts for i in range(n_prompts)], sample_seeds=[i % 4 for i in range(n_prompts)])
 
 
 def test_analysis_counts_per_theta_leaves_out_builds_that_do_not_retrieve_and_renders(tmp_path):
@@ -121,11 +121,13 @@ def test_analysis_counts_per_theta_leaves_out_builds_that_do_not_retrieve_and_re
     t = res.trend
     assert [s["counts"] for s in t["settings"]] == [[1, 2], [2, 2], [3]]
     assert res.excluded == ["t500000-s3 (recall 0.50)"] and res.compute["train_seconds"] == 600.0
+    assert [s["counts"] for s in res.trend_all["settings"]] == [[1, 2], [2, 2], [3, 1]]
     assert res.sweep_by_theta["500000"] == {"0.1": 3.0, "0.5": 0.0}
     df = res.to_frame()
     assert list(df["n_heads"]) == [1, 2, 2, 2, 3, 1] and df["share"].iloc[-2] == 3 / 16
     md = res.table_md()
-    assert "| 1000 | 2 | 1, 2 | 1.5 [" in md and "LLaMA-3.1-8B" in md and "4.6%" in md and "t500000-s3" in md
+    assert "| 1000 | 2 | 1, 2 | 1.5 [" in md and "LLaMA-3.1-8B" in md and "4.6%" in md and "t500000-s3" in md and "500000: 3, 1" in md
+    assert "| t1000-s3 | 1.00 | L2H0, L2H1 (0/0/2/0) | - / 2 / - / 0 | - | - |" in md
     again = type(res).from_dict(json.loads(json.dumps(res.to_dict())))
     assert again.table_md() == md
     fig = theta_sweep(res.to_dict())
