@@ -431,7 +431,7 @@ NOTEBOOKS = {
     "05_rope_zeroing": ROPE_ZERO,
     "06_induction_copy_suppression": INDUCTION,
     "07_probes_activation_store": PROBES,
-    "08_theta_sweep": THETA,
+    "09_theta_sweep": THETA,
 }
 
 if __name__ == "__main__":

@@ -30,6 +30,12 @@ def theta_sweep(result: dict):
                                  mode="markers", marker={"size": 10, "symbol": "circle-open", "line": {"width": 2}},
                                  name=f"training seed {s}", text=[b["name"] for b in pts],
                                  hovertemplate="%{text}: %{y} heads<extra></extra>"), row=1, col=1)
+    out = [b for b in result["builds"] if not b["retrieves"]]
+    if out:
+        fig.add_trace(go.Scatter(x=[b["rope_theta"] for b in out], y=[len(b["heads"]) for b in out], mode="markers",
+                                 marker={"size": 9, "symbol": "x", "color": "#999"},
+                                 name="recall < 0.9: left out of the count", text=[b["name"] for b in out],
+                                 hovertemplate="%{text}: %{y} heads<extra></extra>"), row=1, col=1)
     sets = t["settings"]
     fig.add_trace(go.Scatter(x=[s["setting"] for s in sets], y=[s["mean"] for s in sets], mode="lines+markers",
                              name="mean over seeds (95% CI: seeds, then NIAH seeds)", marker={"size": 8},
@@ -43,11 +49,14 @@ def theta_sweep(result: dict):
                              mode="markers+text", text=[p["model"] for p in paper], textposition="top center",
                              marker={"size": 11, "symbol": "diamond", "color": "#d62728"},
                              name="Bayram 2026 (32 x 32 heads)"), row=1, col=2)
+    xs = [s["setting"] for s in sets] + [p["rope_theta"] for p in paper]
+    span = [math.log10(min(xs)) - 0.35, math.log10(max(xs)) + 0.35] if xs else None
     for col in (1, 2):
-        fig.update_xaxes(type="log", title_text="rope_theta", row=1, col=col)
+        fig.update_xaxes(type="log", title_text="rope_theta", range=span, row=1, col=col)
     n_total = sets[0]["n_heads"] if sets else 1
-    fig.update_yaxes(title_text="retrieval heads", range=[-0.3, n_total + 0.3], dtick=1 if n_total <= 20 else None,
-                     row=1, col=1)
+    most = max([len(b["heads"]) for b in builds] + [s["hi"] for s in sets] + [1])
+    fig.update_yaxes(title_text=f"retrieval heads (of {n_total})", range=[-0.3, min(n_total, most + 1.5) + 0.3],
+                     dtick=1 if most <= 20 else None, row=1, col=1)
     top = max([s["hi"] / s["n_heads"] for s in sets] + [p["n_heads"] / p["total_heads"] for p in paper] + [0.05])
     fig.update_yaxes(title_text="share of heads", tickformat=".0%", range=[0, top * 1.25], row=1, col=2)
     fig.update_layout(title=f"Retrieval heads vs rope_theta, {result['base']} variants (same recipe, corpus, steps)"

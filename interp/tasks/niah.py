@@ -133,17 +133,30 @@ def _load_needles(path: str) -> list[dict]:
 
 
 HAYSTACK_UNIT_WORDS = 40  # a sentence longer than this is split at whitespace into pieces of this many words
+HAYSTACK_UNIT_CHARS = 80  # ... or, in text without whitespace (Chinese, Japanese), into pieces of this many characters
+# Han, kana, CJK punctuation and full-width forms: a whitespace-free run holding these is unspaced text
+CJK = "[\u3000-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef]"
 
 
-def _haystack_units(text: str) -> list[str]:
-    """A haystack text as sentences (split after . ! ? and at line breaks), long ones split at whitespace:
-    the needle goes between two units, never inside a word."""
+def _haystack_units(text: str) -> list[tuple[str, bool]]:
+    """A haystack text as (unit, spaced) pairs: sentences, split after . ! ? (followed by whitespace), after the
+    full-width 。！？ and at line breaks. A sentence with whitespace is split into pieces of at most
+    HAYSTACK_UNIT_WORDS words (spaced: units and words are joined by a space); a whitespace-free one holding CJK
+    characters (Chinese, Japanese) into pieces of HAYSTACK_UNIT_CHARS characters (not spaced: joined directly, cut at token boundaries). The
+    needle goes between two units, never inside a word."""
     import re
 
     units = []
-    for sent in re.split(r"(?<=[.!?])\s+|\n+", text):
+    for sent in re.split(r"(?<=[.!?])\s+|(?<=[。！？])|\n+", text):
         words = sent.split()
-        units += [" ".join(words[i:i + HAYSTACK_UNIT_WORDS]) for i in range(0, len(words), HAYSTACK_UNIT_WORDS)]
+        if len(words) > 1:
+            units += [(" ".join(words[i:i + HAYSTACK_UNIT_WORDS]), True)
+                      for i in range(0, len(words), HAYSTACK_UNIT_WORDS)]
+        elif words:
+            w = words[0]
+            spaced = not re.search(CJK, w)  # a one-word sentence of a spaced language, or unspaced text
+            units += [(w, True)] if spaced else [(w[i:i + HAYSTACK_UNIT_CHARS], False)
+                                                 for i in range(0, len(w), HAYSTACK_UNIT_CHARS)]
     return units
 
 
@@ -175,11 +188,10 @@ def read_haystack(path: str | Path) -> str:
     return "\n\n".join(read_user_text(f, "haystack file") for f in haystack_files(path))
 
 
-def _load_haystack_units(path: str, tok) -> list[tuple[list[int], list[list[int]]]]:
-    """(token ids, each word's ids) of every unit of a user haystack, encoded once; ids with a leading space
-    (units follow one another)."""
-    texts = _haystack_units(read_haystack(path))
-    units = [(_encode(tok, " " + u), [_encode(tok, " " + w) for w in u.split()]) for u in texts]
+def _load_haystack_units(path: str, tok) -> list[tuple[list[int], tuple[str, bool]]]:
+    """(token ids, (text, spaced)) of every unit of a user haystack, encoded once. Spaced units get a leading
+    space, as they follow one another; unspaced ones (Chinese, Japanese) are encoded as they are."""
+    units = [(_encode(tok, " " + u if spaced else u), (u, spaced)) for u, spaced in _haystack_units(read_haystack(path))]
     units = [u for u in units if u[0]]
     if sum(len(ids) for ids, _ in units) < 8:
         kind = "directory" if Path(path).is_dir() else "file"
@@ -221,12 +233,15 @@ def _check_distinct(samples: list["NiahSample"]) -> None:
                                     f"{len(ids)} distinct: use fewer seeds or more varied needles")
 
 
-def _fill_words(word_ids: list[list[int]], room: int) -> list[int]:
-    """The longest run of whole leading words (each word's ids, encoded once with `_load_haystack_units`)
-    that fits in `room` tokens: the haystack's last, partial sentence, cut at a word boundary, so the
-    prompt fills its context length."""
+def _fill_words(tok, unit: tuple[str, bool], room: int) -> list[int]:
+    """The longest run of whole leading words of a haystack unit (text, spaced) that fits in `room` tokens:
+    the haystack's last, partial sentence, cut at a word boundary (spaced text) or a character boundary
+    (unspaced text: each character encoded alone, so no byte-level token is split), so the prompt fills its
+    context length."""
+    text, spaced = unit
     out: list[int] = []
-    for ids in word_ids:
+    for piece in (text.split() if spaced else text):
+        ids = _encode(tok, " " + piece if spaced else piece)
         if len(out) + len(ids) > room:
             break
         out += ids
@@ -374,7 +389,7 @@ def build_niah(tokenizer, config: NiahConfig) -> list[NiahSample]:
                 before = [t for s in sents[:cut] for t in s]
                 after = [t for s in sents[cut:] for t in s]
                 if hay_units is not None:  # a user's haystack fills the context: whole words of the next sentence
-                    after += _fill_words(words, budget - used)
+                    after += _fill_words(tok, words, budget - used)
                 if hay_units is not None and not before + after:
                     raise InvalidInputError(f"context length {n_ctx} leaves {budget} tokens for the haystack, less "
                                             f"than its first word: use longer --lengths")

@@ -167,3 +167,42 @@ def test_runner_evaluates_each_distinct_condition_once():
     assert out.n_evaluated == 2 and ticks == [2, 2, 2]
     with pytest.raises(interp.InvalidInputError, match="unique"):
         run_conditions(None, Fake(), [conds[0], conds[0]])
+
+
+# Natsume Soseki, "Wagahai wa neko de aru" (1905, public domain): its opening, as one line without whitespace
+SOSEKI = ("吾輩は猫である。名前はまだ無い。どこで生れたかとんと見当がつかぬ。何でも薄暗いじめじめした所でニャーニャー泣いて"
+          "いた事だけは記憶している。吾輩はここで始めて人間というものを見た。しかもあとで聞くとそれは書生という人間中で"
+          "一番獰悪な種族であったそうだ。")
+
+
+def test_haystack_units_split_cjk_text_at_full_stops_and_keep_every_character():
+    from interp.tasks.niah import HAYSTACK_UNIT_CHARS, _haystack_units
+
+    long = "我" * (2 * HAYSTACK_UNIT_CHARS + 5)  # a "sentence" without any stop: cut into pieces
+    units = _haystack_units(SOSEKI + "\n" + long + "\nThe red lantern stood near the old bridge. Hi.")
+    cjk = [u for u, spaced in units if not spaced]
+    assert cjk[:3] == ["吾輩は猫である。", "名前はまだ無い。", "どこで生れたかとんと見当がつかぬ。"]
+    assert "".join(cjk) == SOSEKI + long and max(len(u) for u in cjk) == HAYSTACK_UNIT_CHARS
+    assert [u for u, spaced in units if spaced] == ["The red lantern stood near the old bridge.", "Hi."]
+
+
+@pytest.mark.parametrize("n_ctx", [128, 256, 512])
+def test_a_haystack_without_spaces_fills_the_context_without_inserting_any(tmp_path, tok, n_ctx):
+    """A one-line Japanese haystack (no whitespace: a single "word" to a whitespace splitter) builds prompts
+    that fill n_ctx up to the last whole character (a CJK character is at most 3 byte-level tokens here); the
+    text around the needle is the haystack's own text, whole characters, no space added."""
+    hay = tmp_path / "neko.txt"
+    hay.write_text(SOSEKI * 8, encoding="utf-8")
+    cfg = NiahConfig(context_lengths=(n_ctx,), depths=(0.0, 0.5, 1.0), n_seeds=2, haystack_file=str(hay),
+                     needle_source="standard")
+    samples = build_niah(tok, cfg)
+    assert len(samples) == 6
+    for s in samples:
+        assert n_ctx - 2 <= len(s.input_ids) <= n_ctx
+        a, b = s.needle_span
+        assert tok.decode(s.input_ids[a:b]).strip() == s.needle.strip()
+        after = tok.decode(s.input_ids[b:len(s.input_ids) - len(tok(cfg.separator + s.question,
+                                                                       add_special_tokens=False).input_ids)])
+        before = tok.decode(s.input_ids[1:a])  # after <s>
+        for part in (before, after):
+            assert "\ufffd" not in part and " " not in part.strip() and part.strip() in SOSEKI * 8
