@@ -25,6 +25,7 @@ def _figures_of(stem: str) -> Callable[[dict], dict] | None:
     from interp.figures.heads import copy_suppression_figures, induction_figures
     from interp.figures.patching import attribution_scatter, path_effects, patching_heatmaps
     from interp.figures import probes as probe_figures
+    from interp.figures import sweeps
 
     return {
         "retrieval": lambda d: {"retrieval_heatmap": plotting.retrieval_heatmap(d),
@@ -38,11 +39,12 @@ def _figures_of(stem: str) -> Callable[[dict], dict] | None:
         "patching": lambda d: {**patching_heatmaps(d), **attribution_scatter(d)},
         "path_patching": lambda d: {"path_patching_effects": path_effects(d)},
         "probes": probe_figures.figures,
+        "theta": lambda d: {"theta_sweep": sweeps.theta_sweep(d), "theta_dose_response": sweeps.theta_dose_response(d)},
     }.get(stem)
 
 
 RESULTS = ("ablation", "rope_zero", "rope_profile", "patching", "path_patching", "induction", "copy_suppression",
-           "probes", "retrieval")  # result files, in the order a page shows them (a run's own detection last)
+           "probes", "theta", "retrieval")  # result files, in the order a page shows them (a run's own detection last)
 
 
 def _results(folder: Path) -> list[tuple[str, dict]]:

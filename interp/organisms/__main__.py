@@ -38,6 +38,17 @@ def _finite(text: str) -> float:
     return v
 
 
+def _variant(text: str) -> tuple[float, int]:
+    theta, sep, seed = text.partition(":")
+    try:
+        t, s = float(theta), int(seed)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give THETA:SEED, e.g. 10000:4") from None
+    if not sep or not (0 < t < float("inf")) or s < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give THETA:SEED with theta > 0 and seed >= 0, e.g. 10000:4")
+    return t, s
+
+
 def _numbers(kind, minimum):
     def parse(text: str) -> list:
         try:
@@ -88,9 +99,11 @@ def main(argv=None) -> int:
     w.add_argument("--thetas", type=_numbers(float, 1e-9), default="1000,10000,500000", metavar="T,T,...",
                    help="rope_theta values (at least two)")
     w.add_argument("--seeds", type=_numbers(int, 0), default="2,3", metavar="S,S,...", help="training seeds")
+    w.add_argument("--add", type=_variant, action="append", default=[], metavar="THETA:SEED",
+                   help="one more variant beyond the grid (repeatable), e.g. --add 10000:4 when a seed did not retrieve")
     w.add_argument("--builds", default=None, help="where variant builds are found and made "
                    "(default data/organisms/theta; the variant equal to a bundled organism is that organism)")
-    w.add_argument("--out", default="runs/organisms/theta", help="the analysis folder (theta.json, table.md, "
+    w.add_argument("--out", default="runs/theta", help="the analysis folder (theta.json, table.md, "
                    "builds.csv, figures; measures/ caches each build's measures)")
     w.add_argument("--parallel", type=_count(1), default=2, help="builds at a time, one thread each")
     w.add_argument("--no-build", action="store_true", help="measure the builds there are; a missing one is an error")
@@ -117,7 +130,7 @@ def main(argv=None) -> int:
     if args.cmd == "sweep":
         from interp.organisms.sweep_cmd import run_sweep
 
-        return run_sweep(args)
+        return run_sweep(args, argv[1:])
     if args.cmd == "build":
         from interp.organisms.train import config_with, train
 

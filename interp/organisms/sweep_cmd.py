@@ -1,5 +1,6 @@
 """`interp organisms sweep`: build the missing rope_theta variants, measure every build (cached per build),
-write the head-count-vs-theta analysis: theta.json, table.md, builds.csv, theta.html, theta-dose.html."""
+write the head-count-vs-theta analysis as a run folder: theta.json, theta.csv (one row per build), table.md,
+run.json and the report page (index.html with the figures)."""
 
 from __future__ import annotations
 
@@ -13,18 +14,23 @@ def _err(msg: str) -> int:
     return 2
 
 
-def run_sweep(args) -> int:
+def run_sweep(args, argv: list[str]) -> int:
+    import datetime
+    import shlex
+
     import torch
 
+    from interp import __version__
+    from interp.figures.report import write_report
+
     from interp.errors import InterpError
-    from interp.figures.base import write_html
-    from interp.figures.sweeps import theta_dose_response, theta_sweep
-    from interp.organisms.sweep import BUILDS_DIR, build_missing, grid, locate
+    from interp.organisms.sweep import BUILDS_DIR, Variant, build_missing, grid, locate
     from interp.organisms.theta import BuildMeasure, analyse, detection_niah, measure_build
     from interp.runtime.jsonio import write_json
 
     try:
         variants = grid(args.base, args.thetas, args.seeds)
+        variants += [v for v in (Variant(args.base, t, s) for t, s in args.add) if v not in variants]
     except (KeyError, ValueError) as exc:
         return _err(exc.args[0] if exc.args else str(exc))
     if len(args.thetas) < 2:
@@ -77,11 +83,13 @@ def run_sweep(args) -> int:
     except InterpError as exc:
         return _err(str(exc))
     write_json(res.to_dict(), out / "theta.json")
-    res.to_frame().to_csv(out / "builds.csv", index=False)
+    res.to_frame().to_csv(out / "theta.csv", index=False)
     table = res.table_md()
     (out / "table.md").write_text(table + "\n")
-    write_html(theta_sweep(res), out / "theta.html")
-    write_html(theta_dose_response(res), out / "theta-dose.html")
+    run = {"command": "interp organisms sweep " + " ".join(shlex.quote(a) for a in argv), "interp_version": __version__,
+           "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "warnings": []}
+    write_json(run, out / "run.json")
+    index = write_report(out, run)
     print(table)
-    print(f"-> {out}/theta.json, table.md, builds.csv, theta.html, theta-dose.html")
+    print(f"-> {out}/theta.json, theta.csv, table.md; report: {index}")
     return 0

@@ -149,6 +149,8 @@ class ThetaSweepResult:
     paper: list[dict]
     compute: dict
     config: dict
+    model: str = ""  # "<base> rope_theta variants" (report pages name a result's model)
+    provenance: dict = field(default_factory=dict)  # packages, interp's commit; each build's sha256 is in `builds`
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -246,7 +248,11 @@ def analyse(builds: list[BuildMeasure], base: str, threshold: float = 0.1, n_boo
     sweep = {t: {k: float(np.mean(v)) for k, v in rows.items()} for t, rows in by_theta.items()}
     compute = {"train_seconds": round(sum(b.train_seconds or 0 for b in builds), 1),
                "measure_seconds": round(sum(b.measure_seconds for b in builds), 1), "builds": len(builds)}
-    return ThetaSweepResult(base=base, builds=list(builds), trend=trend.to_dict(), excluded=excluded,
+    from interp.runtime.provenance import interp_git_commit, package_versions
+
+    return ThetaSweepResult(model=f"{base} rope_theta variants",
+                            provenance={"packages": package_versions(), "interp_commit": interp_git_commit()},
+                            base=base, builds=list(builds), trend=trend.to_dict(), excluded=excluded,
                             trend_all=trend_all.to_dict() if trend_all else None,
                             sweep_by_theta=sweep, paper=PAPER, compute=compute,
                             config={"threshold": threshold, "n_boot": n_boot, "seed": seed, "retrieves": RETRIEVES})

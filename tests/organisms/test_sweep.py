@@ -133,3 +133,47 @@ def test_analysis_counts_per_theta_leaves_out_builds_that_do_not_retrieve_and_re
     fig = theta_sweep(res.to_dict())
     assert sum(len(tr.x) for tr in fig.data if tr.name.startswith("training seed")) == 5
     assert len(theta_dose_response(res).data) == 12
+
+
+def test_the_bundled_variant_builds_are_the_variants_their_names_say():
+    """Every folder of data/organisms/theta: its card's config is the variant's (base recipe + theta + seed),
+    trained for the whole curriculum, and model.safetensors is the file the card's sha256 names."""
+    import re
+
+    from interp.organisms.sweep import BUILDS_DIR
+    from interp.organisms.train import sha256_file
+
+    folders = sorted(p for p in BUILDS_DIR.iterdir() if p.is_dir())
+    assert folders, f"no builds in {BUILDS_DIR}"
+    for p in folders:
+        m = re.fullmatch(r"(tiny-[a-z0-9]+)-theta(\d+)-seed(\d+)", p.name)
+        assert m, p.name
+        v = Variant(m.group(1), float(m.group(2)), int(m.group(3)))
+        assert locate(v) == p
+        card = json.loads((p / "organism.json").read_text())
+        assert card["sha256"] == sha256_file(p / "model.safetensors"), p.name
+
+
+@pytest.mark.slow
+def test_the_sweep_command_measures_bundled_builds_and_writes_a_report(tmp_path, capsys, one_thread):
+    """`interp organisms sweep --no-build` on two bundled builds (theta 1e4 and 5e5, seed 2) with a small grid:
+    the result, its table and a report page; a second run reuses the cached measures."""
+    from interp.organisms.__main__ import main
+
+    out = tmp_path / "sweep"
+    argv = ["sweep", "--no-build", "--thetas", "10000,500000", "--seeds", "2", "--lengths", "256", "--n-seeds", "2",
+            "--n-boot", "100", "--out", str(out)]
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    res = json.loads((out / "theta.json").read_text())
+    names = [b["name"] for b in res["builds"]]
+    assert names == ["tiny-llama-theta10000-seed2", "tiny-llama-theta500000-seed2"]
+    bundled = res["builds"][0]
+    assert bundled["path"].endswith("data/organisms/tiny-llama") and set(bundled["heads"]) == {"L2H0", "L2H1"}
+    assert [s["setting"] for s in res["trend"]["settings"]] == [10000, 500000]
+    assert "| 10000 | 1 |" in (out / "table.md").read_text() and "measuring" in first
+    for f in ("theta.csv", "run.json", "index.html", "theta_sweep.html", "theta_dose_response.html"):
+        assert (out / f).is_file(), f
+    assert main(argv) == 0
+    assert "measured already" in capsys.readouterr().out
+    assert json.loads((out / "theta.json").read_text())["trend"] == res["trend"]
