@@ -145,6 +145,7 @@ class ThetaSweepResult:
     trend: dict  # interp.stats.trend.TrendResult.to_dict()
     excluded: list[str]
     trend_all: dict | None  # the same over every build (None when none was left out)
+    recall_trend: dict  # NIAH recall of every build vs log10(theta): slope per decade, exact permutation p
     sweep_by_theta: dict  # {theta: {threshold: mean head count over the builds}}
     paper: list[dict]
     compute: dict
@@ -197,6 +198,12 @@ class ThetaSweepResult:
         if self.excluded:
             lines.append(f"Left out (NIAH recall < {RETRIEVES}): {', '.join(self.excluded)}.")
         lines += ["", self.builds_md()]
+        r = self.recall_trend
+        if r:
+            made = "; ".join(f"{t}: {k} of {n}" for t, (k, n) in r["retrieving_of_built"].items())
+            lines.append(f"Builds that retrieve (recall >= {RETRIEVES}) by theta: {made}. NIAH recall vs log10(theta), "
+                         f"every build: slope {r['slope']:+.3f} per decade, exact permutation p = {r['p_value']:.3f} "
+                         f"({r['n_permutations']} pairings).")
         if self.trend_all:
             a = self.trend_all
             counts = "; ".join(f"{s['setting']:g}: {', '.join(map(str, s['counts']))}" for s in a["settings"])
@@ -228,7 +235,7 @@ def analyse(builds: list[BuildMeasure], base: str, threshold: float = 0.1, n_boo
     """The trend over the builds that retrieve (module docstring); raises InvalidInputError when fewer than two
     thetas have a retrieving build."""
     from interp.errors import InvalidInputError
-    from interp.stats.trend import BuildScores, count_trend
+    from interp.stats.trend import BuildScores, count_trend, slope_permutation
 
     used = [b for b in builds if b.retrieves]
     excluded = [f"{b.name} (recall {b.recall:.2f})" for b in builds if not b.retrieves]
@@ -241,6 +248,10 @@ def analyse(builds: list[BuildMeasure], base: str, threshold: float = 0.1, n_boo
 
     trend = count_trend(scores(used), threshold=threshold, n_boot=n_boot, seed=seed)
     trend_all = count_trend(scores(builds), threshold=threshold, n_boot=n_boot, seed=seed) if excluded else None
+    slope, p, n_perm = slope_permutation([np.log10(b.rope_theta) for b in builds], [b.recall for b in builds], seed)
+    retrieving = {f"{t:g}": [sum(b.retrieves for b in builds if b.rope_theta == t),
+                             sum(b.rope_theta == t for b in builds)] for t in sorted({b.rope_theta for b in builds})}
+    recall_trend = {"slope": slope, "p_value": p, "n_permutations": n_perm, "retrieving_of_built": retrieving}
     by_theta: dict = {}
     for b in used:
         for row in b.sweep:
@@ -253,6 +264,6 @@ def analyse(builds: list[BuildMeasure], base: str, threshold: float = 0.1, n_boo
     return ThetaSweepResult(model=f"{base} rope_theta variants",
                             provenance={"packages": package_versions(), "interp_commit": interp_git_commit()},
                             base=base, builds=list(builds), trend=trend.to_dict(), excluded=excluded,
-                            trend_all=trend_all.to_dict() if trend_all else None,
+                            trend_all=trend_all.to_dict() if trend_all else None, recall_trend=recall_trend,
                             sweep_by_theta=sweep, paper=PAPER, compute=compute,
                             config={"threshold": threshold, "n_boot": n_boot, "seed": seed, "retrieves": RETRIEVES})

@@ -122,6 +122,9 @@ def test_analysis_counts_per_theta_leaves_out_builds_that_do_not_retrieve_and_re
     assert [s["counts"] for s in t["settings"]] == [[1, 2], [2, 2], [3]]
     assert res.excluded == ["t500000-s3 (recall 0.50)"] and res.compute["train_seconds"] == 600.0
     assert [s["counts"] for s in res.trend_all["settings"]] == [[1, 2], [2, 2], [3, 1]]
+    assert res.recall_trend["retrieving_of_built"] == {"1000": [2, 2], "10000": [2, 2], "500000": [1, 2]}
+    x, y = np.log10([b.rope_theta for b in ms]), [b.recall for b in ms]
+    assert res.recall_trend["slope"] == pytest.approx(np.polyfit(x, y, 1)[0]) and res.recall_trend["p_value"] > 0.1
     assert res.sweep_by_theta["500000"] == {"0.1": 3.0, "0.5": 0.0}
     df = res.to_frame()
     assert list(df["n_heads"]) == [1, 2, 2, 2, 3, 1] and df["share"].iloc[-2] == 3 / 16

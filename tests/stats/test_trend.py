@@ -22,10 +22,9 @@ def _build(setting, n_above, name, n_prompts=12, n_clusters=4, noise=0.0, seed=0
 
 def _brute_p(x, y):
     """Two-sided p of the OLS slope over every permutation of y (the reference for scipy's pairings test)."""
-    def slope(yy):
-        return np.polyfit(x, yy, 1)[0]
-    obs = slope(y)
-    null = np.array([slope(np.array(p)) for p in itertools.permutations(y)])
+    xc = np.asarray(x) - np.mean(x)
+    obs = np.polyfit(x, y, 1)[0]
+    null = (np.array(list(itertools.permutations(y))) - np.mean(y)) @ xc / (xc @ xc)
     eps = 1e-12 * max(1.0, abs(obs))
     return min(1.0, 2 * min(np.mean(null >= obs - eps), np.mean(null <= obs + eps)))
 
@@ -70,6 +69,29 @@ def test_prompt_noise_widens_the_interval_and_the_seed_makes_it_repeatable():
     assert any(s.hi - s.lo > 0 for s in a.settings)
     for s in a.settings:
         assert s.lo <= s.mean <= s.hi
+
+
+def test_slope_permutation_equals_the_enumeration_and_refuses_bad_shapes():
+    from interp.stats.trend import slope_permutation
+
+    x = np.log10([1e3, 1e3, 1e4, 1e4, 5e5, 5e5, 5e5])
+    y = np.array([0.89, 0.50, 1.0, 0.21, 1.0, 1.0, 0.95])
+    slope, p, n = slope_permutation(x, y)
+    assert slope == pytest.approx(np.polyfit(x, y, 1)[0]) and n == 5040
+    assert p == pytest.approx(_brute_p(x, y), abs=1e-9)
+    assert slope_permutation(x, np.ones(7)) == (0.0, 1.0, 0)
+    from scipy.stats import permutation_test  # the same test, scipy's implementation (slow when exact)
+
+    ref = permutation_test((x[:5], y[:5]), lambda u, v: np.polyfit(u, v, 1)[0], permutation_type="pairings",
+                           n_resamples=np.inf)
+    assert slope_permutation(x[:5], y[:5])[1] == pytest.approx(ref.pvalue, abs=1e-9)
+    xs, ys = np.arange(12.0), np.random.default_rng(0).random(12)  # n > 8: random pairings
+    mc = slope_permutation(xs, ys, seed=3)
+    assert mc[2] == 20000 and abs(mc[1] - permutation_test((xs, ys), lambda u, v: np.polyfit(u, v, 1)[0],
+                                                           permutation_type="pairings", n_resamples=1000,
+                                                           random_state=0).pvalue) < 0.05
+    with pytest.raises(InvalidInputError, match="same length"):
+        slope_permutation(x, y[:3])
 
 
 def test_only_recalled_prompts_count():
