@@ -68,6 +68,12 @@ _EXPORTS = {
     "open_store": "store",
     "ProbeConfig": "probes",
     "run_probes": "probes",
+    # organisms that differ only in rope_theta (finding ii as a controlled experiment)
+    "Variant": "organisms.sweep",
+    "variant_grid": "organisms.sweep",
+    "locate_build": "organisms.sweep",
+    "measure_build": "organisms.theta",
+    "analyse_sweep": "organisms.theta",
     # probe figures (every figure: interp.figures.experiments, .heads, .patching, .probes)
     "probes_by_layer": "figures.probes",
     "angles_by_layer": "figures.probes",

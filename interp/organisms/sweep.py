@@ -34,19 +34,24 @@ def _num(x: float) -> str:
 
 @dataclass(frozen=True)
 class Variant:
+    """One build of the sweep: organism `base`'s v2 recipe with `rope_theta` and the training `seed` set."""
+
     base: str
     rope_theta: float
     seed: int
 
     @property
     def name(self) -> str:
+        """The build folder's name, e.g. tiny-llama-theta500000-seed3."""
         return f"{self.base}-theta{_num(self.rope_theta)}-seed{self.seed}"
 
     @property
     def overrides(self) -> list[str]:
+        """The `--set FIELD=VALUE` overrides of the build command."""
         return [f"rope_theta={_num(self.rope_theta)}", f"seed={self.seed}"]
 
     def config(self) -> OrganismConfig:
+        """The full organism config of this variant."""
         return config_with(self.base, self.overrides)
 
     def build_argv(self, out: Path, steps: int | None = None) -> list[str]:
@@ -58,7 +63,7 @@ class Variant:
         return [sys.executable, "-m", "interp.organisms", *args, "--threads", "1", "--out", str(out)]
 
 
-def grid(base: str = DEFAULT_BASE, thetas: Sequence[float] = DEFAULT_THETAS,
+def variant_grid(base: str = DEFAULT_BASE, thetas: Sequence[float] = DEFAULT_THETAS,
          seeds: Sequence[int] = DEFAULT_SEEDS) -> list[Variant]:
     """Every (theta, seed) variant of `base`, theta-major. Unknown bases and bad values fail here."""
     out = [Variant(base, float(t), int(s)) for t in thetas for s in seeds]
@@ -84,7 +89,7 @@ def _complete(card: dict, cfg: OrganismConfig) -> bool:
     return card.get("training", {}).get("steps") == cfg.total_steps
 
 
-def locate(variant: Variant, builds_dir: str | Path = BUILDS_DIR) -> Path | None:
+def locate_build(variant: Variant, builds_dir: str | Path = BUILDS_DIR) -> Path | None:
     """The finished build of `variant`: `builds_dir/<name>` (its card's config must be the variant's), else the
     bundled organism whose config it is. None when not built."""
     cfg = variant.config()
@@ -111,7 +116,7 @@ def build_missing(variants: Sequence[Variant], builds_dir: str | Path = BUILDS_D
     Returns {name: build folder} of every variant. A failed build raises after the others finish.
     `steps`: truncate each curriculum (smoke tests; the build is not the variant's full recipe)."""
     builds_dir = Path(builds_dir)
-    found = {v.name: locate(v, builds_dir) for v in variants}
+    found = {v.name: locate_build(v, builds_dir) for v in variants}
     todo = [v for v in variants if found[v.name] is None]
     running: list[tuple[Variant, subprocess.Popen, Path, float, object]] = []
     failed = []

@@ -24,12 +24,12 @@ def run_sweep(args, argv: list[str]) -> int:
     from interp.figures.report import write_report
 
     from interp.errors import InterpError
-    from interp.organisms.sweep import BUILDS_DIR, Variant, build_missing, grid, locate
-    from interp.organisms.theta import BuildMeasure, analyse, detection_niah, measure_build
+    from interp.organisms.sweep import BUILDS_DIR, Variant, build_missing, variant_grid, locate_build
+    from interp.organisms.theta import BuildMeasure, analyse_sweep, detection_niah, measure_build
     from interp.runtime.jsonio import write_json
 
     try:
-        variants = grid(args.base, args.thetas, args.seeds)
+        variants = variant_grid(args.base, args.thetas, args.seeds)
         variants += [v for v in (Variant(args.base, t, s) for t, s in args.add) if v not in variants]
     except (KeyError, ValueError) as exc:
         return _err(exc.args[0] if exc.args else str(exc))
@@ -41,7 +41,7 @@ def run_sweep(args, argv: list[str]) -> int:
     builds_dir = Path(args.builds) if args.builds else BUILDS_DIR
     try:
         if args.no_build:
-            found = {v.name: locate(v, builds_dir) for v in variants}
+            found = {v.name: locate_build(v, builds_dir) for v in variants}
             missing = [n for n, p in found.items() if p is None]
             if missing:
                 return _err(f"not built: {', '.join(missing)} (in {builds_dir}); run without --no-build to build them "
@@ -79,7 +79,7 @@ def run_sweep(args, argv: list[str]) -> int:
               f"({m.measure_seconds:.0f} s)", flush=True)
         measures.append(m)
     try:
-        res = analyse(measures, args.base, threshold=args.threshold, n_boot=args.n_boot)
+        res = analyse_sweep(measures, args.base, threshold=args.threshold, n_boot=args.n_boot)
     except InterpError as exc:
         return _err(str(exc))
     write_json(res.to_dict(), out / "theta.json")

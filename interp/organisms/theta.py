@@ -7,7 +7,7 @@ architecture, steps) with rope_theta and the training seed varied (`interp.organ
 (`measure_build`): NIAH recall on the detection grid, the retrieval heads at the threshold with the threshold
 sweep, the share and layer histogram, the lowest-band RoPE zeroing dose response of those heads against
 random dims and matched heads (finding iv), and the q/k-norm statistic of retrieval vs other heads with its
-layer-clustered permutation test (finding iii). Across builds (`analyse`): head count vs theta with a
+layer-clustered permutation test (finding iii). Across builds (`analyse_sweep`): head count vs theta with a
 two-level bootstrap (training seeds, then NIAH seeds) and an exact permutation test of the slope on
 log10(theta) (`interp.stats.trend`), over the builds that retrieve (recall >= RETRIEVES).
 """
@@ -72,6 +72,15 @@ class BuildMeasure:
     @property
     def n_heads(self) -> int:
         return len(self.heads)
+
+    def recall_by_length(self) -> dict[int, float]:
+        """NIAH recall per context length of the detection grid (its prompts run length-major, as
+        `build_niah` makes them)."""
+        lengths = list(self.niah.get("context_lengths") or [])
+        if not lengths or not self.sample_recalled or len(self.sample_recalled) % len(lengths):
+            return {}
+        per = len(self.sample_recalled) // len(lengths)
+        return {n: float(np.mean(self.sample_recalled[i * per:(i + 1) * per])) for i, n in enumerate(lengths)}
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -217,20 +226,21 @@ class ThetaSweepResult:
         `dose` lowest-band dims of those heads zeroed vs as many random dims (finding iv), and the q/k-norm
         statistic's Cohen's d, retrieval vs other heads, with its layer-clustered p (finding iii)."""
         head = " / ".join(f">{t:g}" for t in sweep)
-        lines = [f"| build | recall | retrieval heads (per layer) | heads {head} | recall, {dose} lowest dims zeroed "
-                 f"vs random | qk_norm d (p) |", "|---|---|---|---|---|---|"]
+        lines = [f"| build | recall (by length) | retrieval heads (per layer) | heads {head} | recall, {dose} lowest "
+                 f"dims zeroed vs random | qk_norm d (p) |", "|---|---|---|---|---|---|"]
         for b in self.builds:
             counts = {round(r["threshold"], 6): r["n_heads"] for r in b.sweep}
             rz = next((d for d in b.rope_zero if d["dose"] == dose), None)
             rz_cell = f"{rz['target']:.2f} vs {rz['random_dims']:.2f}" if rz else "-"
             qk = f"{b.qk_norm['cohens_d']:+.2f} ({b.qk_norm['p_value']:.2f})" if b.qk_norm else "-"
-            lines.append(f"| {b.name} | {b.recall:.2f} | {', '.join(b.heads) or '-'} "
+            by_len = ", ".join(f"{n}: {r:.2f}" for n, r in b.recall_by_length().items())
+            lines.append(f"| {b.name} | {b.recall:.2f} ({by_len or '-'}) | {', '.join(b.heads) or '-'} "
                          f"({'/'.join(map(str, b.per_layer))}) | "
                          f"{' / '.join(str(counts.get(t, '-')) for t in sweep)} | {rz_cell} | {qk} |")
         return "\n".join(lines)
 
 
-def analyse(builds: list[BuildMeasure], base: str, threshold: float = 0.1, n_boot: int = 2000,
+def analyse_sweep(builds: list[BuildMeasure], base: str, threshold: float = 0.1, n_boot: int = 2000,
             seed: int = 0) -> ThetaSweepResult:
     """The trend over the builds that retrieve (module docstring); raises InvalidInputError when fewer than two
     thetas have a retrieving build."""

@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from interp.organisms.sweep import Variant, build_missing, grid, locate
-from interp.organisms.theta import BuildMeasure, analyse
+from interp.organisms.sweep import Variant, build_missing, variant_grid, locate_build
+from interp.organisms.theta import BuildMeasure, analyse_sweep
 from interp.organisms.train import DATA_DIR
 
 
@@ -23,23 +23,23 @@ def test_variants_are_the_base_recipe_with_theta_and_seed_only():
     assert v.name == "tiny-llama-theta500000-seed3"
     diff = {k for k, x in asdict(v.config()).items() if x != asdict(get_config("tiny-llama"))[k]}
     assert diff == {"rope_theta", "seed"} and v.config().rope_theta == 5e5 and v.config().seed == 3
-    assert [x.name for x in grid("tiny-llama", (1e3, 1e4), (2,))] == ["tiny-llama-theta1000-seed2",
+    assert [x.name for x in variant_grid("tiny-llama", (1e3, 1e4), (2,))] == ["tiny-llama-theta1000-seed2",
                                                                       "tiny-llama-theta10000-seed2"]
     with pytest.raises(KeyError, match="unknown organism"):
-        grid("tiny-nope", (1e3,), (2,))
+        variant_grid("tiny-nope", (1e3,), (2,))
 
 
 def test_the_bundled_organism_is_its_own_variant_and_other_builds_are_checked(tmp_path):
-    assert locate(Variant("tiny-llama", 1e4, 2), tmp_path) == DATA_DIR / "tiny-llama"
-    assert locate(Variant("tiny-llama", 1e4, 3), tmp_path) is None  # another seed: not bundled
-    assert locate(Variant("tiny-llama", 1e3, 2), tmp_path) is None
+    assert locate_build(Variant("tiny-llama", 1e4, 2), tmp_path) == DATA_DIR / "tiny-llama"
+    assert locate_build(Variant("tiny-llama", 1e4, 3), tmp_path) is None  # another seed: not bundled
+    assert locate_build(Variant("tiny-llama", 1e3, 2), tmp_path) is None
     # a folder of the variant's name holding another config is refused, not measured as the variant
     fake = tmp_path / "tiny-llama-theta1000-seed2"
     fake.mkdir()
     (fake / "model.safetensors").write_bytes(b"")
     (fake / "organism.json").write_text(json.dumps(json.loads((DATA_DIR / "tiny-llama" / "organism.json").read_text())))
     with pytest.raises(ValueError, match="config differs"):
-        locate(Variant("tiny-llama", 1e3, 2), tmp_path)
+        locate_build(Variant("tiny-llama", 1e3, 2), tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_a_build_lands_under_its_name_and_a_truncated_one_is_never_taken_for_the
     card = json.loads((path / "organism.json").read_text())
     assert card["config"]["rope_theta"] == 1000 and card["config"]["seed"] == 2 and card["training"]["steps"] == 4
     with pytest.raises(ValueError, match="truncated build"):
-        locate(Variant("tiny-llama", 1e3, 2), d)
+        locate_build(Variant("tiny-llama", 1e3, 2), d)
 
 
 @pytest.mark.slow
@@ -117,7 +117,7 @@ def test_analysis_counts_per_theta_leaves_out_builds_that_do_not_retrieve_and_re
     ms = [_measure(1e3, 2, ["L2H0"]), _measure(1e3, 3, ["L2H0", "L2H1"]), _measure(1e4, 2, ["L2H0", "L2H1"]),
           _measure(1e4, 3, ["L2H0", "L1H1"]), _measure(5e5, 2, ["L2H0", "L2H1", "L3H0"]),
           _measure(5e5, 3, ["L2H1"], recall=0.5)]
-    res = analyse(ms, "tiny-llama", n_boot=200)
+    res = analyse_sweep(ms, "tiny-llama", n_boot=200)
     t = res.trend
     assert [s["counts"] for s in t["settings"]] == [[1, 2], [2, 2], [3]]
     assert res.excluded == ["t500000-s3 (recall 0.50)"] and res.compute["train_seconds"] == 600.0
@@ -130,7 +130,10 @@ def test_analysis_counts_per_theta_leaves_out_builds_that_do_not_retrieve_and_re
     assert list(df["n_heads"]) == [1, 2, 2, 2, 3, 1] and df["share"].iloc[-2] == 3 / 16
     md = res.table_md()
     assert "| 1000 | 2 | 1, 2 | 1.5 [" in md and "LLaMA-3.1-8B" in md and "4.6%" in md and "t500000-s3" in md and "500000: 3, 1" in md
-    assert "| t1000-s3 | 1.00 | L2H0, L2H1 (0/0/2/0) | - / 2 / - / 0 | - | - |" in md
+    assert "| t1000-s3 | 1.00 (-) | L2H0, L2H1 (0/0/2/0) | - / 2 / - / 0 | - | - |" in md
+    half = _measure(1e3, 2, ["L2H0"], recall=0.5)
+    half.niah = {"context_lengths": [512, 1024]}
+    assert half.recall_by_length() == {512: 1.0, 1024: 0.0}
     again = type(res).from_dict(json.loads(json.dumps(res.to_dict())))
     assert again.table_md() == md
     fig = theta_sweep(res.to_dict())
@@ -152,7 +155,7 @@ def test_the_bundled_variant_builds_are_the_variants_their_names_say():
         m = re.fullmatch(r"(tiny-[a-z0-9]+)-theta(\d+)-seed(\d+)", p.name)
         assert m, p.name
         v = Variant(m.group(1), float(m.group(2)), int(m.group(3)))
-        assert locate(v) == p
+        assert locate_build(v) == p
         card = json.loads((p / "organism.json").read_text())
         assert card["sha256"] == sha256_file(p / "model.safetensors"), p.name
 
