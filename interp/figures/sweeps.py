@@ -49,12 +49,12 @@ def theta_sweep(result: dict):
                              mode="markers+text", text=[p["model"] for p in paper], textposition="top center",
                              marker={"size": 11, "symbol": "diamond", "color": "#d62728"},
                              name="Bayram 2026 (32 x 32 heads)"), row=1, col=2)
-    xs = [s["setting"] for s in sets] + [p["rope_theta"] for p in paper]
+    xs = [b["rope_theta"] for b in result["builds"]] + [p["rope_theta"] for p in paper]
     span = [math.log10(min(xs)) - 0.35, math.log10(max(xs)) + 0.35] if xs else None
     for col in (1, 2):
         fig.update_xaxes(type="log", title_text="rope_theta", range=span, row=1, col=col)
     n_total = sets[0]["n_heads"] if sets else 1
-    most = max([len(b["heads"]) for b in builds] + [s["hi"] for s in sets] + [1])
+    most = max([len(b["heads"]) for b in result["builds"]] + [s["hi"] for s in sets] + [1])
     fig.update_yaxes(title_text=f"retrieval heads (of {n_total})", range=[-0.3, min(n_total, most + 1.5) + 0.3],
                      dtick=1 if most <= 20 else None, row=1, col=1)
     top = max([s["hi"] / s["n_heads"] for s in sets] + [p["n_heads"] / p["total_heads"] for p in paper] + [0.05])
@@ -68,13 +68,13 @@ def theta_sweep(result: dict):
 
 @reads_result
 def theta_dose_response(result: dict):
-    """NIAH recall vs lowest-band dims zeroed in each build's retrieval heads (solid), with the same heads'
-    random dims (dotted), one colour per theta."""
+    """NIAH recall vs lowest-band dims zeroed in the retrieval heads of each build that retrieves (solid), with
+    the same heads' random dims (dotted), one colour per theta."""
     go = _go()
     fig = go.Figure()
     thetas = sorted({b["rope_theta"] for b in result["builds"]})
     for b in result["builds"]:
-        if not b["rope_zero"]:
+        if not b["rope_zero"] or not b["retrieves"]:
             continue
         c = THETA_COLORS[thetas.index(b["rope_theta"]) % len(THETA_COLORS)]
         xs = [d["dose"] for d in b["rope_zero"]]
@@ -87,8 +87,9 @@ def theta_dose_response(result: dict):
                                  line={"color": c, "dash": "dot"}, name=f"{b['name']}: random dims"))
     doses = sorted({d["dose"] for b in result["builds"] for d in b["rope_zero"]})
     fig.update_xaxes(tickmode="array", tickvals=doses)
-    fig.update_layout(title="NIAH recall vs lowest-frequency dims zeroed in the retrieval heads, per build "
-                            "(query side; 95% CI)<br><sup>dotted: the same heads, random dims (pooled draws)</sup>",
+    fig.update_layout(title="NIAH recall vs lowest-frequency dims zeroed in the retrieval heads, per build that "
+                            "retrieves (query side; 95% CI)<br><sup>dotted: the same heads, random dims (pooled draws)"
+                            "</sup>",
                       xaxis_title="dims zeroed per head", yaxis_title="NIAH recall", yaxis_range=[0, 1.05],
                       width=1000, height=520)
     return fig

@@ -206,13 +206,16 @@ class ThetaSweepResult:
                      f"{t['threshold']:g}, {t['n_boot']} bootstrap resamples of training seeds then NIAH seeds).")
         if self.excluded:
             lines.append(f"Left out (NIAH recall < {RETRIEVES}): {', '.join(self.excluded)}.")
-        lines += ["", self.builds_md()]
+        lines += ["", self.builds_md(), ""]
         r = self.recall_trend
         if r:
             made = "; ".join(f"{t}: {k} of {n}" for t, (k, n) in r["retrieving_of_built"].items())
             lines.append(f"Builds that retrieve (recall >= {RETRIEVES}) by theta: {made}. NIAH recall vs log10(theta), "
                          f"every build: slope {r['slope']:+.3f} per decade, exact permutation p = {r['p_value']:.3f} "
                          f"({r['n_permutations']} pairings).")
+        c = self.compute
+        lines.append(f"Compute: {c['builds']} builds, {c['train_seconds'] / 3600:.1f} h of training (one CPU thread per "
+                     f"build, from their cards), {c['measure_seconds'] / 60:.0f} min of measuring.")
         if self.trend_all:
             a = self.trend_all
             counts = "; ".join(f"{s['setting']:g}: {', '.join(map(str, s['counts']))}" for s in a["settings"])
