@@ -27,14 +27,16 @@ models: setup
 	$(VENV)/bin/interp models fetch smollm2-135m gemma3-270m
 
 # Everything (what CI runs), spread over the cores by pytest-xdist: one process per core, one torch thread each;
-# a test file's tests stay in one process (its module fixtures are built once). JOBS=0: one process.
+# a test file's tests stay in one process (its module fixtures are built once); at most 4 processes (each holds
+# its models: ~1-2 GB). JOBS=0: one process.
 JOBS ?= auto
+XDIST = -n $(JOBS) --maxprocesses 4 --dist loadfile
 test: setup models
-	$(PY) -m pytest -q -n $(JOBS) --dist loadfile
+	$(PY) -m pytest -q $(XDIST)
 
 # The iteration tier: no real-model tests, no slow tests.
 test-fast: setup
-	$(PY) -m pytest -q -n $(JOBS) --dist loadfile -m "not real and not slow"
+	$(PY) -m pytest -q $(XDIST) -m "not real and not slow"
 
 bench: setup
 	$(PY) bench/overhead.py
