@@ -28,13 +28,13 @@ def run_sweep(args, argv: list[str]) -> int:
     from interp.organisms.theta import BuildMeasure, analyse_sweep, detection_niah, measure_build
     from interp.runtime.jsonio import write_json
 
+    if len(args.thetas) < 2:
+        return _err("a sweep needs at least two --thetas")
     try:
         variants = variant_grid(args.base, args.thetas, args.seeds)
         variants += [v for v in (Variant(args.base, t, s) for t, s in args.add) if v not in variants]
     except (KeyError, ValueError) as exc:
         return _err(exc.args[0] if exc.args else str(exc))
-    if len(args.thetas) < 2:
-        return _err("a sweep needs at least two --thetas")
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         return _err(f"--out {out} is a file; give a folder")

@@ -106,24 +106,28 @@ def measure_build(path: str | Path, niah: NiahConfig | None = None, threshold: f
     import json
 
     import interp
-    from interp.analyses.pipeline import rope_zero
     from interp.analyses.retrieval import RetrievalConfig, detect_retrieval_heads
     from interp.analyses.rope_profile import RopeProfileConfig, run_rope_profile
+    from interp.analyses.rope_zero import RopeZeroConfig, run_rope_zero
+    from interp.tasks.niah import build_niah, niah_for_model
 
     t0 = time.time()
     path = Path(path)
     card = json.loads((path / "organism.json").read_text())
     cfg = card["config"]
     model = interp.load_model(str(path))
-    niah = niah or detection_niah()
+    niah = niah_for_model(model, niah or detection_niah())
+    samples = build_niah(model.tokenizer, niah)  # built once: the detection and the RoPE zeroing share them
     with warnings.catch_warnings():  # a build that recalls nothing is expected here: it is left out, by name
         warnings.filterwarnings("ignore", message="no NIAH sample was recalled")
         det = detect_retrieval_heads(model, RetrievalConfig(niah=niah, threshold=threshold, batch_size=batch_size,
-                                                            keep_sample_scores=True))
+                                                            keep_sample_scores=True), samples=samples)
     heads = det.head_ids()
     dose_rows, qk = [], None
     if heads:
-        rz = rope_zero(model, heads=list(heads), niah=niah, doses=doses, seed=seed, batch_size=batch_size)
+        rz = run_rope_zero(model, RopeZeroConfig(heads=tuple(heads), niah=niah, doses=tuple(doses), seed=seed,
+                                                 batch_size=batch_size, heads_source="retrieval (detected)"),
+                           samples=samples)
         dose_rows = [_dose_summary(d) for d in rz.doses]
         prof = run_rope_profile(model, RopeProfileConfig(retrieval_heads=tuple(heads), heads_source="detected",
                                                          statistic="qk_norm", seed=seed))
