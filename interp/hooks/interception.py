@@ -159,9 +159,11 @@ class InterceptState:
     batch_start: int = 0
     site_dispatch: dict = field(default_factory=dict)
     calls: list = field(default_factory=list)  # per layer: attention calls the wrapper saw with interventions active
+    skipped: list = field(default_factory=list)  # per layer: passes that skipped the layer on purpose (patching.skip)
 
     def __post_init__(self):
         self.calls = [0] * self.spec.n_layers
+        self.skipped = [0] * self.spec.n_layers
 
     def add_site_hook(self, hook: SiteHook) -> _SiteHookHandle:
         """Add a module-level site function; returns a handle whose `remove()` takes it out again."""

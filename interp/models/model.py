@@ -192,7 +192,7 @@ class Model:
         added = []
         attention_level = [type(iv).__name__ for iv in interventions if acts_in_attention(iv)]
         body_calls = [0]
-        calls0 = list(self._state.calls)
+        calls0 = [c + s for c, s in zip(self._state.calls, self._state.skipped)]
         if attention_level:  # count forward passes, to check that the attention wrapper saw them
             handles.append(self.adapter.body().register_forward_pre_hook(
                 lambda *a: body_calls.__setitem__(0, body_calls[0] + 1)))
@@ -206,7 +206,8 @@ class Model:
                 added.append(iv)
             yield self
             if body_calls[0]:
-                missed = [l for l, (a, b) in enumerate(zip(calls0, self._state.calls)) if a == b]
+                calls1 = [c + s for c, s in zip(self._state.calls, self._state.skipped)]
+                missed = [l for l, (a, b) in enumerate(zip(calls0, calls1)) if a == b]
                 if missed:
                     raise InterventionError(
                         f"{', '.join(attention_level)} did not apply: {body_calls[0]} forward pass(es) ran but the "

@@ -24,6 +24,19 @@ each group starts from the base run's keys and values of positions < p (captured
 what the KV cache holds) and computes positions p.. only. Exact up to float rounding (the
 equality tests run with it on and off). All-position cells (head_out, q, k, v) change position 0
 already, so they run whole.
+
+Layer skipping (`skip_layers`, default on): a row whose cell sits at layer l leaves layers < l as in
+the base run, so it starts at layer l from the base run's residual stream entering that layer
+(captured once; `patching.skip.start_at`), with the KV cache of earlier positions as above. Rows are
+grouped by start layer, so no layer runs for a row that does not need it. Exact up to float
+rounding (the equality tests run with it on and off).
+
+The work bound: a row patching layer l at token p of an n-token prompt (p = 0 for all-position
+cells) must recompute the share (L - l) / L x (n - p) / n of one forward pass of its prompt; the sum
+over rows is `work_bound` W, in forward-pass equivalents (about 1/4 per cell of a full resid_pre
+grid). `work_done` counts what the patched passes ran in the same unit (layers run x positions
+computed, padding included); `work_ratio` = done / W (1 = nothing recomputed that the bound does not
+need; the LM head and attention's reads of cached keys are not counted).
 """
 
 from __future__ import annotations
@@ -40,6 +53,7 @@ from interp.errors import InvalidInputError
 from interp.sites import Site
 from interp.patching.cells import GRID_SITES, CellPatch, Cells, check_sites
 from interp.patching.pairs import PatchPair
+from interp.patching.skip import start_at
 
 DIRECTIONS = ("denoising", "noising")
 ALIGNS = ("end", "anchor")
@@ -51,7 +65,8 @@ class PatchingConfig:
     """`sites`: grid sites (resid_pre, resid_post, attn_out, mlp_out, head_out, head_out_by_pos, q, k, v).
     `direction`: denoising (clean into corrupt) | noising. `metric`: logit_diff | logprob | a callable;
     `normalize`: (patched - base) / (donor - base), pairs whose gap is below `min_gap` left out. `max_batch`:
-    rows per forward; `reuse_prefix`: start per-position cells from the base run's KV cache. `align`: end |
+    rows per forward; `reuse_prefix`: start per-position cells from the base run's KV cache; `skip_layers`: start
+    each row at its cell's layer from the base run's residual stream. `align`: end |
     anchor position axis; `positions` / `cells`: only those. `n_boot`: bootstrap resamples for the CIs."""
 
     sites: tuple[str, ...] = ("resid_pre",)
@@ -60,6 +75,7 @@ class PatchingConfig:
     normalize: bool = True
     max_batch: int | None = None  # rows per forward; default: about 2k tokens per pass on CPU, 16k on CUDA
     reuse_prefix: bool = True  # per-position cells start from the base run's KV cache of earlier positions
+    skip_layers: bool = True  # rows start at their cell's layer from the base run's residual stream there
     align: str = "end"  # position axis: "end" (-1 = last token) or "anchor" (0 = each pair's anchor token)
     positions: tuple[int, ...] | None = None  # only these labels of the position axis (default: all)
     cells: dict | None = None  # {site: [cell index tuples over the site's axes]}: only those (e.g. AtP checks)
@@ -116,6 +132,9 @@ class PatchingResult:
     sources: list[str] = field(default_factory=list)
     method: str = "exact"  # exact | atp | atp-qk (attribution.py)
     verification: dict | None = None  # attribution only: the estimate checked against exact patching
+    work_bound: float = 0.0  # forward-pass equivalents an exact sweep must recompute (module docstring)
+    work_done: float = 0.0  # forward-pass equivalents the patched passes ran (layers x positions, padding included)
+    n_skip_rows: int = 0  # rows that started above layer 0 (skip_layers)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -291,9 +310,11 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
     anchors, labels = _position_axis(pairs, config, lengths)
     donor_batch = model.pad(donor_seqs)
     reuse = config.reuse_prefix and any("position" in GRID_SITES[s][1] for s in config.sites)
+    skip = config.skip_layers and spec.n_layers > 1
+    base_sites = (("k", "v") if reuse else ()) + (("resid_pre",) if skip else ())
     with torch.no_grad():
         donor, donor_last = _capture_run(model, donor_batch, config.sites)
-        base_kv, base_last = _capture_run(model, model.pad(base_seqs), ("k", "v")) if reuse else (
+        base_acts, base_last = _capture_run(model, model.pad(base_seqs), base_sites) if base_sites else (
             None, model.forward(model.pad(base_seqs), last_only=True)[:, -1])
     donor_value, base_value = _metric(config, donor_last, pairs), _metric(config, base_last, pairs)
     gap = donor_value - base_value
@@ -302,7 +323,9 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
         check_gap(gap, metric_name(config.metric))
 
     budget = 16384 if model.device.type == "cuda" else 2048  # tokens per pass (CPU: cache-friendly batches)
-    n_forward = n_rows = n_prefix_rows = tokens = 0
+    n_forward = n_rows = n_prefix_rows = n_skip_rows = tokens = 0
+    work_bound = work_done = 0.0
+    L = spec.n_layers
     grids = {}
     for site in config.sites:
         kind, axes = GRID_SITES[site]
@@ -311,42 +334,56 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
         row_pair, row_cell, row_k = row_pair[order], row_cell[order], row_k[order]
         raw = np.full(len(row_pair), np.nan)
         prefix = (lengths[row_pair] - row_k) if (reuse and "position" in axes) else np.zeros(len(row_pair), int)
-        chunks = _chunks(lengths[row_pair], prefix, config.max_batch, budget)
+        start = row_cell[:, 0] if skip else np.zeros(len(row_pair), int)  # axis 0 is the layer of every grid site
+        chunks = _chunks(lengths[row_pair], prefix, start, config.max_batch, budget)
+        n_pos = np.where(row_k > 0, row_k, lengths[row_pair])  # positions from the cell on (all: every position)
+        work_bound += float(np.sum((L - row_cell[:, 0]) / L * n_pos / lengths[row_pair]))
 
         def unit(j: int, site=site, kind=kind, axes=axes, row_pair=row_pair, row_cell=row_cell, row_k=row_k,
                  chunks=chunks) -> dict:  # one forward pass of patched rows: a sweep unit
-            sel, p0 = chunks[j]
+            sel, p0, l0 = chunks[j]
             rp, rc = row_pair[sel], row_cell[sel]
             n = len(rp)
             ax = {a: torch.as_tensor(rc[:, i], dtype=torch.long) for i, a in enumerate(axes)}
             cells = Cells(row=torch.arange(n), layer=ax["layer"], k=torch.as_tensor(row_k[sel], dtype=torch.long),
                           head=ax.get("head", ax.get("kv_head", torch.full((n,), -1, dtype=torch.long))),
                           pair=torch.as_tensor(rp, dtype=torch.long))
+            idx = torch.as_tensor(rp, dtype=torch.long)
             with torch.no_grad(), model.intervene(CellPatch(kind, cells, donor[kind.value])):
                 if p0 > 0:  # every row of the chunk has this prompt length and patches position p0 first
                     n_tok = int(lengths[rp[0]])
-                    cache = _prefix_cache(base_kv, rp, T - n_tok, p0, model.spec.n_layers)
+                    cache = _prefix_cache(base_acts, rp, T - n_tok, p0, model.spec.n_layers)
                     ids = torch.tensor([base_seqs[i][p0:] for i in rp], device=model.device)
                     mask = torch.ones((n, n_tok), dtype=torch.long, device=model.device)
-                    last = model.forward_cached(ids, mask, cache)[:, -1]
+                    hidden = base_acts["resid_pre"][l0][idx, T - n_tok + p0:] if l0 else None
+                    with start_at(model, l0, hidden):
+                        last = model.forward_cached(ids, mask, cache)[:, -1]
                     n_tokens, n_prefix = ids.numel(), n
                 else:
                     b = model.pad([base_seqs[i] for i in rp])
-                    last = model.forward(b, last_only=True)[:, -1]
+                    hidden = base_acts["resid_pre"][l0][idx, T - b.input_ids.shape[1]:] if l0 else None
+                    with start_at(model, l0, hidden):
+                        last = model.forward(b, last_only=True)[:, -1]
                     n_tokens, n_prefix = b.input_ids.numel(), 0
             if progress is not None:
                 progress(n)
-            return {"raw": _metric(config, last, [pairs[i] for i in rp]), "tokens": n_tokens, "prefix_rows": n_prefix}
+            done = (L - l0) / L * float(np.sum(n_tokens / n / lengths[rp]))  # each row's positions over its length
+            return {"raw": _metric(config, last, [pairs[i] for i in rp]), "tokens": n_tokens, "prefix_rows": n_prefix,
+                    "skip_rows": n if l0 else 0, "work": done}
 
         key = json.dumps({"site": site, "config": repr(asdict(config)),
-                          "rows": fingerprint([c for c, _ in chunks], [[p for _, p in chunks]], [row_pair, row_cell]),
+                          "rows": fingerprint([c for c, _, _ in chunks], [[p for _, p, _ in chunks],
+                                                                            [l for _, _, l in chunks]],
+                                              [row_pair, row_cell]),
                           "pairs": fingerprint([p.clean for p in pairs], [p.corrupt for p in pairs],
                                                [[p.answer, p.wrong] for p in pairs])})
-        for (sel, _), r in zip(chunks, map_units(f"patch-{site}", len(chunks), unit, key, progress,
-                                                 sizes=[len(c) for c, _ in chunks])):
+        for (sel, _, _), r in zip(chunks, map_units(f"patch-{site}", len(chunks), unit, key, progress,
+                                                    sizes=[len(c) for c, _, _ in chunks])):
             raw[sel] = r["raw"]
             tokens += int(r["tokens"])
             n_prefix_rows += int(r["prefix_rows"])
+            n_skip_rows += int(r.get("skip_rows", 0))
+            work_done += float(r.get("work", 0.0))
             n_forward += 1
         n_rows += len(row_pair)
         value = (raw - base_value[row_pair]) / np.where(np.abs(gap[row_pair]) < config.min_gap, np.nan,
@@ -370,7 +407,9 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
         sites=grids, n_pairs=len(pairs), pair_lengths=lengths.tolist(), base_value=base_value.tolist(),
         donor_value=donor_value.tolist(), excluded_pairs=excluded,
         tokens=axis_tokens(model, pairs, anchors, labels), align=config.align,
-        n_forward=n_forward, n_rows=n_rows, n_prefix_rows=n_prefix_rows, tokens_computed=tokens, config=cfg, provenance=provenance(model),
+        n_forward=n_forward, n_rows=n_rows, n_prefix_rows=n_prefix_rows, tokens_computed=tokens,
+        work_bound=round(work_bound, 6), work_done=round(work_done, 6), n_skip_rows=n_skip_rows,
+        config=cfg, provenance=provenance(model),
         sources=[p.source for p in pairs])
 
 
@@ -409,24 +448,25 @@ def axis_tokens(model, pairs, anchors, labels) -> dict:
             "corrupt": [words(p.corrupt, a) for p, a in zip(pairs, anchors)]}
 
 
-def _chunks(lengths: np.ndarray, prefix: np.ndarray, max_batch: int | None, budget: int):
-    """(row indices, prefix) per forward pass. Rows with a reusable prefix (> 0) are grouped by
-    (prompt length, prefix); the rest run whole, sorted by length. Each chunk holds at most
-    `max_batch` rows, by default about `budget` computed tokens."""
+def _chunks(lengths: np.ndarray, prefix: np.ndarray, start: np.ndarray, max_batch: int | None, budget: int):
+    """(row indices, prefix, start layer) per forward pass. Rows are grouped by start layer; within
+    it, rows with a reusable prefix (> 0) by (prompt length, prefix), the rest run whole, sorted by
+    length. Each chunk holds at most `max_batch` rows, by default about `budget` computed tokens."""
     out = []
-    whole = np.nonzero(prefix == 0)[0]
-    whole = whole[np.argsort(lengths[whole], kind="stable")]
-    if len(whole):
-        step = max_batch or max(1, budget // int(lengths[whole].max()))
-        out += [(whole[i:i + step], 0) for i in range(0, len(whole), step)]
-    reused = np.nonzero(prefix > 0)[0]
-    keys = {}
-    for i in reused:
-        keys.setdefault((int(lengths[i]), int(prefix[i])), []).append(i)
-    for (n, p0), idx in sorted(keys.items()):
-        idx = np.array(idx)
-        step = max_batch or max(1, budget // (n - p0))
-        out += [(idx[i:i + step], p0) for i in range(0, len(idx), step)]
+    for l0 in np.unique(start):
+        at = start == l0
+        whole = np.nonzero(at & (prefix == 0))[0]
+        whole = whole[np.argsort(lengths[whole], kind="stable")]
+        if len(whole):
+            step = max_batch or max(1, budget // int(lengths[whole].max()))
+            out += [(whole[i:i + step], 0, int(l0)) for i in range(0, len(whole), step)]
+        keys = {}
+        for i in np.nonzero(at & (prefix > 0))[0]:
+            keys.setdefault((int(lengths[i]), int(prefix[i])), []).append(i)
+        for (n, p0), idx in sorted(keys.items()):
+            idx = np.array(idx)
+            step = max_batch or max(1, budget // (n - p0))
+            out += [(idx[i:i + step], p0, int(l0)) for i in range(0, len(idx), step)]
     return out
 
 

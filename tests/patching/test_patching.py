@@ -101,15 +101,21 @@ def test_batched_sweep_equals_naive_loop(family, gqa):
 
     model = interp.Model(tiny_random_hf(family, gqa=gqa, seed=0))
     pairs = _pairs()
-    res = run_patching(model, pairs, PatchingConfig(sites=tuple(GRID_SITES), normalize=False, max_batch=13))
-    whole = run_patching(model, pairs, PatchingConfig(sites=tuple(GRID_SITES), normalize=False, max_batch=13,
-                                                      reuse_prefix=False))
+    cfg = dict(sites=tuple(GRID_SITES), normalize=False, max_batch=13)
+    res = run_patching(model, pairs, PatchingConfig(**cfg))  # prefix reuse and layer skipping (the defaults)
+    whole = run_patching(model, pairs, PatchingConfig(**cfg, reuse_prefix=False, skip_layers=False))
+    skip_only = run_patching(model, pairs, PatchingConfig(**cfg, reuse_prefix=False))
     assert res.n_forward > len(GRID_SITES)  # several chunks per site
     assert res.n_prefix_rows > 0 and whole.n_prefix_rows == 0 and res.tokens_computed < whole.tokens_computed
+    assert res.n_skip_rows > 0 and whole.n_skip_rows == 0 and skip_only.n_prefix_rows == 0
+    # the work: nothing skipped runs every layer of every position of every row; the bound is below all
+    assert whole.n_rows <= whole.work_done <= whole.n_rows * 7 / 5  # padding: a 5-token pair in a 7-wide chunk
+    assert res.work_bound <= res.work_done < skip_only.work_done < whole.work_done
     for site in GRID_SITES:
         want = naive(model, pairs, site)
-        np.testing.assert_allclose(np.array(whole.sites[site].per_pair, dtype=float),
-                                   np.array(res.sites[site].per_pair, dtype=float), atol=TOL)
+        for other in (whole, skip_only):
+            np.testing.assert_allclose(np.array(other.sites[site].per_pair, dtype=float),
+                                       np.array(res.sites[site].per_pair, dtype=float), atol=TOL)
         got = np.array(res.sites[site].per_pair, dtype=float)
         assert np.isnan(got).sum() == got.size - len(want)  # exactly the cells a pair lacks are empty
         diffs = [abs(got[k] - v) for k, v in want.items()]
