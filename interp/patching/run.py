@@ -27,9 +27,10 @@ already, so they run whole.
 
 Layer skipping (`skip_layers`, default on): a row whose cell sits at layer l leaves layers < l as in
 the base run, so it starts at layer l from the base run's residual stream entering that layer
-(captured once; `patching.skip.start_at`), with the KV cache of earlier positions as above. Rows are
-grouped by start layer, so no layer runs for a row that does not need it. Exact up to float
-rounding (the equality tests run with it on and off).
+(captured once; `patching.skip.start_at`), with the KV cache of earlier positions as above. A pass
+starts at the lowest start layer of its rows; rows are grouped by start layer, and passes are only
+merged across start layers where a separate pass would cost more (its fixed overhead) than the
+layers the merge recomputes. Exact up to float rounding (the equality tests run with it on and off).
 
 The work bound: a row patching layer l at token p of an n-token prompt (p = 0 for all-position
 cells) must recompute the share (L - l) / L x (n - p) / n of one forward pass of its prompt; the sum
@@ -326,6 +327,7 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
     n_forward = n_rows = n_prefix_rows = n_skip_rows = tokens = 0
     work_bound = work_done = 0.0
     L = spec.n_layers
+    overhead = _overhead_token_layers(model) if skip else 0.0
     grids = {}
     for site in config.sites:
         kind, axes = GRID_SITES[site]
@@ -335,7 +337,7 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
         raw = np.full(len(row_pair), np.nan)
         prefix = (lengths[row_pair] - row_k) if (reuse and "position" in axes) else np.zeros(len(row_pair), int)
         start = row_cell[:, 0] if skip else np.zeros(len(row_pair), int)  # axis 0 is the layer of every grid site
-        chunks = _chunks(lengths[row_pair], prefix, start, config.max_batch, budget)
+        chunks = _chunks(lengths[row_pair], prefix, start, config.max_batch, budget, overhead)
         n_pos = np.where(row_k > 0, row_k, lengths[row_pair])  # positions from the cell on (all: every position)
         work_bound += float(np.sum((L - row_cell[:, 0]) / L * n_pos / lengths[row_pair]))
 
@@ -448,26 +450,46 @@ def axis_tokens(model, pairs, anchors, labels) -> dict:
             "corrupt": [words(p.corrupt, a) for p, a in zip(pairs, anchors)]}
 
 
-def _chunks(lengths: np.ndarray, prefix: np.ndarray, start: np.ndarray, max_batch: int | None, budget: int):
-    """(row indices, prefix, start layer) per forward pass. Rows are grouped by start layer; within
-    it, rows with a reusable prefix (> 0) by (prompt length, prefix), the rest run whole, sorted by
-    length. Each chunk holds at most `max_batch` rows, by default about `budget` computed tokens."""
+def _chunks(lengths: np.ndarray, prefix: np.ndarray, start: np.ndarray, max_batch: int | None, budget: int,
+            overhead: float = 0.0):
+    """(row indices, prefix, start layer) per forward pass. Rows with a reusable prefix (> 0) are grouped
+    by (prompt length, prefix), the rest run whole, sorted by length; within a group, rows are taken
+    from the highest start layer down and a chunk starts at the lowest start layer of its rows. A row
+    whose own start is higher recomputes the base run's layers in between (exact, but work), so a
+    chunk is cut when adding the next row would make its rows run more extra token-layers than
+    `overhead` (a forward pass's fixed cost in token-layers), or hold more than `max_batch` rows
+    (default: about `budget` computed tokens)."""
     out = []
-    for l0 in np.unique(start):
-        at = start == l0
-        whole = np.nonzero(at & (prefix == 0))[0]
-        whole = whole[np.argsort(lengths[whole], kind="stable")]
-        if len(whole):
-            step = max_batch or max(1, budget // int(lengths[whole].max()))
-            out += [(whole[i:i + step], 0, int(l0)) for i in range(0, len(whole), step)]
-        keys = {}
-        for i in np.nonzero(at & (prefix > 0))[0]:
-            keys.setdefault((int(lengths[i]), int(prefix[i])), []).append(i)
-        for (n, p0), idx in sorted(keys.items()):
-            idx = np.array(idx)
-            step = max_batch or max(1, budget // (n - p0))
-            out += [(idx[i:i + step], p0, int(l0)) for i in range(0, len(idx), step)]
+
+    def cut(idx: np.ndarray, p0: int, width: int):
+        step = max_batch or max(1, budget // width)
+        idx = idx[np.argsort(-start[idx], kind="stable")]
+        lo = 0
+        for i in range(1, len(idx) + 1):
+            full = i - lo >= step
+            if i == len(idx) or full or (i - lo) * width * (start[idx[i - 1]] - start[idx[i]]) > overhead:
+                out.append((idx[lo:i], p0, int(start[idx[i - 1]])))
+                lo = i
+
+    whole = np.nonzero(prefix == 0)[0]
+    whole = whole[np.argsort(lengths[whole], kind="stable")]
+    if len(whole):
+        cut(whole, 0, int(lengths[whole].max()))
+    keys = {}
+    for i in np.nonzero(prefix > 0)[0]:
+        keys.setdefault((int(lengths[i]), int(prefix[i])), []).append(i)
+    for (n, p0), idx in sorted(keys.items()):
+        cut(np.array(idx), p0, n - p0)
     return out
+
+
+FORWARD_OVERHEAD_FLOP = {"cpu": 4e8, "cuda": 2e11}  # a forward pass's fixed cost (Python, launches) in FLOP
+
+
+def _overhead_token_layers(model) -> float:
+    """A forward pass's fixed cost in token-layers of this model (2 FLOP per parameter of one layer)."""
+    per_layer = sum(p.numel() for p in model.adapter.layers()[0].parameters())
+    return FORWARD_OVERHEAD_FLOP.get(model.device.type, 4e8) / (2 * max(per_layer, 1))
 
 
 def _prefix_cache(base_kv, pairs: np.ndarray, pad: int, p0: int, n_layers: int):

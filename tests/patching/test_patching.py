@@ -344,3 +344,29 @@ def test_a_task_the_model_cannot_do_warns_that_normalised_values_are_noise(tmp_p
     code, _, err = run_cli(["patch", "--model", "tiny-qwen2", "--pairs", str(pairs), "--site", "resid_pre",
                             "--positions=-1", "--raw", "--out", str(tmp_path / "raw")], capsys)
     assert code == 0 and "barely differ" not in err  # raw values divide by nothing
+
+
+def test_chunks_group_by_start_layer_and_merge_only_where_a_pass_costs_more():
+    """Rows of a 30-layer x 128-token resid_pre grid (8 pairs): with no per-pass overhead every pass holds one
+    start layer and the work done equals the bound W; a large overhead merges start layers (fewer passes, more
+    work); every row lands in exactly one pass, at or below its own start layer."""
+    from interp.patching.run import _chunks
+
+    L, T, P = 30, 128, 8
+    layer = np.repeat(np.arange(L), T * P)
+    k = np.tile(np.repeat(np.arange(1, T + 1), P), L)
+    lengths, prefix = np.full(len(layer), T), T - k
+    bound = np.sum((L - layer) / L * k / T)
+
+    def work(chunks):
+        return sum((L - l0) / L * len(sel) * (T - p0) / T for sel, p0, l0 in chunks)
+
+    exact = _chunks(lengths, prefix, layer, None, 2048, overhead=0.0)
+    merged = _chunks(lengths, prefix, layer, None, 2048, overhead=5000.0)
+    for chunks in (exact, merged):
+        rows = np.concatenate([sel for sel, _, _ in chunks])
+        assert sorted(rows.tolist()) == list(range(len(layer)))
+        assert all((layer[sel] >= l0).all() and (prefix[sel] == p0).all() for sel, p0, l0 in chunks)
+    assert all((layer[sel] == l0).all() for sel, _, l0 in exact)
+    assert work(exact) == pytest.approx(bound)
+    assert len(merged) < len(exact) / 2 and work(merged) > bound
