@@ -11,8 +11,12 @@
 #   2. bench/scale.py on the GPU: the Qwen2.5-7B-geometry rehearsal model at 4K-32K tokens, bf16
 #   3. bench/overhead.py on the GPU: interp's wrapper and interventions vs plain transformers
 #   4. a sharded sweep: torchrun with 2 ranks on this GPU (nccl + gloo) vs one process, same result
+#   5. exact patching on the Qwen2.5-7B geometry (random weights, REDUCED to 4 layers, float32): interp's batched
+#      rows (with and without layer skipping) vs one forward per cell (hooks, TransformerLens, nnsight) on
+#      resid_pre (64 of 512 positions), head_out and head_out_by_pos, 8 pairs of 512 tokens; the baselines run
+#      64 random cells each, time scaled to the grid; every value equal within 1e-4 (bench/patching.py)
 # The memory planner is checked against torch.cuda.max_memory_allocated inside step 2 (scale.py's JSON has
-# measured/estimated per mode). The limits add up to 470 s.
+# measured/estimated per mode). The limits add up to 590 s.
 # Results: $OUT/steps.jsonl (one line per step: name, exit code, seconds), $OUT/*.log, $OUT/*.json.
 # Status: prepared and syntax-checked (bash -n); NOT yet run on a GPU (no GPU was available when written).
 set -u
@@ -64,6 +68,14 @@ print(json.dumps({"identical": same, "same_heads_scores_1e-6": close, "world_siz
                   "sweep": json.load(open(f"{out}/sweep-2/run.json"))["sweep"]}))
 sys.exit(0 if close else 1)
 EOF
+
+if [ "$DEVICE" = cpu ]; then
+    PATCH=(--random-config '{"hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"intermediate_size":128,"vocab_size":1000,"num_hidden_layers":3}' --quick)
+else
+    PATCH=(--random-config qwen7b --seq 512 --positions 64)
+fi
+step patching 120 "$PY" bench/patching.py --device "$DEVICE" "${PATCH[@]}" --pairs 8 --baseline-cells 64 \
+    --skip atp,atp-qk --long 0 --out "$OUT/patching-$DEVICE.json"
 
 echo "== done: $OUT/steps.jsonl"
 cat "$OUT/steps.jsonl"

@@ -347,12 +347,39 @@ def _has(obj, path: str) -> bool:
     return True
 
 
+QWEN7B_GEOMETRY = {"hidden_size": 3584, "num_attention_heads": 28, "num_key_value_heads": 4, "head_dim": 128,
+                   "intermediate_size": 18944, "rope_theta": 1e6, "vocab_size": 32000, "num_hidden_layers": 4}
+
+
+def load(args):
+    """The benchmark's model: `--model NAME` (anything interp loads), or `--random-config JSON|qwen7b`: a Qwen2
+    model of that config with seeded random weights (float32; tokenizer: the organisms' one, for the
+    TransformerLens bridge), the same weights on every call."""
+    from interp.models.loading import load_model
+
+    if not args.random_config:
+        return load_model(args.model, device=args.device)
+    import json
+
+    import torch
+    import transformers as tf
+
+    from transformers import AutoTokenizer
+
+    import interp
+
+    cfg = QWEN7B_GEOMETRY if args.random_config == "qwen7b" else json.loads(args.random_config)
+    torch.manual_seed(0)
+    hf = tf.AutoModelForCausalLM.from_config(tf.Qwen2Config(**cfg), attn_implementation="sdpa")
+    tok = AutoTokenizer.from_pretrained(HERE.parent / "data" / "organisms" / "tokenizer")
+    return interp.Model(hf.to(args.device).eval(), tok, name=f"random-qwen2-{cfg['hidden_size']}")
+
+
 def _baseline_fn(method, args, spec, pairs, grid, cells, labels):
     """A callable running one baseline over `cells`, each on its own plain copy of the same weights."""
     import interp
-    from interp.models.loading import load_model
 
-    copy = load_model(args.model, device=args.device)
+    copy = load(args)
     copy.detach()  # the model's own attention implementation: no interp wrapper in the way
     hf = copy.hf
     if method == "naive":
@@ -396,6 +423,9 @@ def main(argv=None):
     ap.add_argument("--baseline-cells", type=int, default=None,
                     help="baselines (naive, tl, nnsight) run this many random cells of each grid, their time scaled "
                          "to the whole grid (each cell is one forward pass of the same batch); default: every cell")
+    ap.add_argument("--random-config", default=None,
+                    help="a Qwen2 config as JSON, or qwen7b (Qwen2.5-7B geometry, 4 layers, vocab 32000), with seeded "
+                         "random weights, in place of --model")
     ap.add_argument("--skip", default="", help="comma-separated methods to leave out: " + ",".join(METHODS[1:]))
     ap.add_argument("--quick", action="store_true", help="16-token prompts, 2 pairs")
     ap.add_argument("--long", type=int, default=2048, help="tokens of the memory part (0: skip it)")
@@ -403,8 +433,6 @@ def main(argv=None):
     if args is None:
         return
     import numpy as np
-
-    from interp.models.loading import load_model
 
     if args.quick:
         args.seq, args.pairs = 16, 2
@@ -414,7 +442,7 @@ def main(argv=None):
     if bad:
         raise SystemExit(f"unknown grid(s) {bad}; valid: {', '.join(GRIDS)}")
     t_all = time.perf_counter()
-    model = load_model(args.model, device=args.device)
+    model = load(args)
     spec = model.spec
     rows = []
     for grid in grids:
@@ -483,7 +511,7 @@ def main(argv=None):
             if r["grid"] == grid and r["method"] != "interp":  # atp rows: estimates, timed against exact too
                 r["ratio_vs_interp"] = r["wall_s"] / base
                 print(f"  {grid:9s} {r['method']:13s} {r['ratio_vs_interp']:7.2f}x")
-    res = {"model": args.model, "spec": {"n_layers": spec.n_layers, "n_heads": spec.n_heads, "d_model": spec.d_model,
+    res = {"model": model.name if args.random_config else args.model, "spec": {"n_layers": spec.n_layers, "n_heads": spec.n_heads, "d_model": spec.d_model,
                                          "n_kv_heads": spec.n_kv_heads},
            "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
            "rows": rows, "long_context": long_rows, "env": bench_env(args, torch),
