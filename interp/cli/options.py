@@ -159,7 +159,7 @@ def niah_config(lengths: str, depths: str, seeds: int, haystack, needles, separa
     if needles is not None and not Path(needles).is_file():
         raise InvalidInputError(f"--needles {needles}: no such file (or pass corpus or standard)")
     if haystack is not None:
-        from interp.corpus.texts import TEXTS, resolve_haystack
+        from interp.tasks.texts import TEXTS, resolve_haystack
 
         if not Path(haystack).exists() and haystack not in TEXTS:
             raise InvalidInputError(f"--haystack {haystack}: no such file or directory, nor a fetchable text "

