@@ -448,6 +448,7 @@ def bench_env(args, torch) -> dict:
     return {"torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
+            "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],  # other processes sharing the cores
             "gpu": torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda") else None}
 
 
