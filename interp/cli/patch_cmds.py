@@ -170,6 +170,9 @@ def _print(d: dict, out) -> None:
     c = console()
     how = (f"{d['n_rows']} (pair, cell) rows in {d['n_forward']} forward passes" if d["method"] == "exact"
            else f"{d['method']} estimates (2 forward passes, 1 backward)")
+    if d["method"] == "exact" and d.get("work_bound"):
+        how += (f" (work {d['work_done']:.1f} forward-pass equivalents, {d['work_done'] / d['work_bound']:.2f}x the "
+                f"bound W = {d['work_bound']:.1f})")
     c.print(f"[bold]{d['model']}[/]: {d['direction']} patching, {d['n_pairs']} pairs, {how}; "
             f"{'normalised ' if d['normalized'] else ''}{d['metric']}")
     base, donor = np.mean(d["base_value"]), np.mean(d["donor_value"])

@@ -290,6 +290,7 @@ def test_cli_patch_end_to_end(tmp_path, capsys):
     assert d == json.loads((o / "patching.json").read_text())
     corrupted = d["tokens"]["clean"][0]
     assert len(corrupted) == len(d["sites"]["resid_pre"]["positions"])
+    assert 0 < d["work_bound"] <= d["work_done"]
     for f in ("patching.csv", "pairs.jsonl", "patching_resid_pre.html", "patching_head_out.html"):
         assert (o / f).stat().st_size > 100, f
     assert not (o / ".partial").exists()
