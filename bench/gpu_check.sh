@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared GPU check: one script, under 8 minutes on one GPU, that writes every number
+# The prepared GPU check: one script, under 10 minutes on one GPU, that writes every number
 # it measures under $OUT (default bench/results/gpu/). Run it from the repository root in an environment that
 # has a CUDA build of torch and interp installed (`pip install -e ".[dev]"` with your torch kept):
 #

@@ -17,8 +17,8 @@ RESULTS = HERE / "results"
 PATCHING = {  # result file -> (model label, the command that wrote it)
     "patching-cpu.json": ("tiny-llama (4 layers)", "python bench/patching.py"),
     "patching-smollm2-cpu.json": ("SmolLM2-135M (30 layers)",
-                                  "python bench/patching.py --model smollm2-135m --seq 128 --positions 16 "
-                                  "--baseline-cells 24 --skip atp,atp-qk,interp-noskip --long 0 "
+                                  "python bench/patching.py --model smollm2-135m --seq 128 --positions 8 "
+                                  "--baseline-cells 16 --skip atp,atp-qk,interp-noskip --long 0 "
                                   "--out bench/results/patching-smollm2-cpu.json"),
 }
 GRID_LABEL = {"resid": "resid_pre, every layer x {pos} positions", "heads": "head_out, every head",
