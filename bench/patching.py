@@ -1,35 +1,40 @@
 #!/usr/bin/env python
-"""Activation patching grids: interp's batched sweep vs one forward pass per cell, side by side.
+"""Activation patching grids: interp's exact sweep vs one forward pass per cell, side by side.
 
-Grids:
-    resid   resid_pre x every layer x every position of 64-token prompts (P pairs, default 8)
-    heads   head_out x every head (all positions) on 16 pairs of 64 tokens
+Grids (P pairs of random-token prompts, default 8 x 64 tokens; raw logit difference answer - wrong):
+    resid      resid_pre x every layer x every position (--positions K: K evenly spaced positions)
+    heads      head_out x every head (all positions)
+    heads_pos  head_out_by_pos x every head at the last 8 positions
 Methods, each on its own copy of the same weights:
-    interp      interp.patching.run_patching: (pair, cell) rows packed into batches
-    naive       one forward per cell (all pairs in its batch), plain torch forward hooks on the HF model
-    tl          TransformerLens's patching functions (get_act_patch_resid_pre,
-                get_act_patch_attn_head_out_all_pos) on a TransformerBridge: one run_with_hooks per cell
-    nnsight     one nnsight trace per cell (all pairs in its batch)
-    atp, atp-qk attribution patching (interp.patching.run_attribution): an ESTIMATE of the grid from two
-                forward passes and one backward; reported with its time as a multiple of one plain forward
-                pass of the same batch (full logits; both the best of 3) and its Pearson correlation with
-                the exact grid
-Every method's grid (raw logit difference answer - wrong, mean over pairs) is compared with interp's:
-`max_diff` must stay <= 1e-4 (float32), else the row says so. Time is wall time of the whole grid
-(after one warm-up forward); peak memory the rise of the process's resident set during the grid
-(VmHWM reset through /proc/self/clear_refs; on CUDA torch.cuda.max_memory_allocated), measured
-in this one process, method after method.
+    interp         interp.patching.run_patching: (pair, cell) rows packed into batches, the unpatched prefix
+                   from the base run's KV cache, every row starting at its cell's layer (layer skipping)
+    interp-noskip  the same without layer skipping
+    naive          one forward per cell (all pairs in its batch), plain torch forward hooks on the HF model
+    tl             TransformerLens's generic_activation_patch on a TransformerBridge over the same HF weights:
+                   one run_with_hooks per cell
+    nnsight        one nnsight trace per cell (all pairs in its batch)
+    atp, atp-qk    attribution patching (interp.patching.run_attribution): an ESTIMATE of the grid from two
+                   forward passes and one backward; reported with its time as a multiple of one plain forward
+                   pass of the same batch (full logits; both the best of 3) and its Pearson correlation with
+                   the exact grid
+Every method's grid is compared with interp's: `max_diff_vs_interp` must stay <= 1e-4 (float32), else the row
+says so. --baseline-cells N runs the baselines on N random cells and scales their time to the grid (each of
+their cells is one forward of the batch). interp's rows record the work bound W (forward passes of one prompt
+an exact sweep must recompute) and `measured_over_bound` = wall time / (W x one batched forward per prompt).
+Time is wall time of the whole grid (after one warm-up forward); peak memory the rise of the process's resident
+set during the grid (VmHWM reset through /proc/self/clear_refs; on CUDA torch.cuda.max_memory_allocated),
+measured in this one process, method after method.
 
-Model: the bundled organism tiny-llama (4 layers, 4 heads, d_model 256) by default, or --model NAME
-(any alias interp loads, with a tokenizer).
+Model: the bundled organism tiny-llama (4 layers) by default, --model NAME (any alias interp loads, with a
+tokenizer, e.g. smollm2-135m), or --random-config JSON|qwen7b (random weights of a given geometry).
 
 Part 2 (--long N, default 2048): peak memory of head-level attribution on one N-token pair, beside a
 plain forward and a plain forward + backward of the same metric (what the model's own backward needs),
 and the size one layer's full attention patterns ([heads, N, N] fp32) would take.
 
-Usage: python bench/patching.py [--model tiny-llama] [--pairs 8] [--seq 64] [--device cpu] [--threads 1]
-       [--skip tl,nnsight] [--quick]
-Results: a table on stdout and bench/results/patching-<device>.json.
+Usage: python bench/patching.py [--model tiny-llama] [--pairs 8] [--seq 64] [--grids resid,heads,heads_pos]
+       [--positions K] [--baseline-cells N] [--device cpu] [--threads 1] [--skip tl,nnsight] [--quick]
+Results: a table on stdout and bench/results/patching-<device>.json (or --out).
 """
 
 from __future__ import annotations
