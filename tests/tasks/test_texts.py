@@ -62,6 +62,9 @@ def test_fetch_from_a_folder_records_the_source_and_the_alias_becomes_a_haystack
     cfg = NiahConfig(haystack_file="fake-book")
     assert cfg.haystack_file == str(path) and cfg.haystack == "fake-book"
     assert cfg.haystack_text["sha256"] == _fake().sha256 and not cfg.haystack_fallback
+    from interp.tasks.text import read_documents  # --texts (copy suppression) takes the alias too
+
+    assert read_documents("fake-book") == ["It was a dark night.\nHolmes smiled.\nThe end."]
     # a record that does not match the pin (another version cached) counts as not fetched
     (path.parent / "fake-book.json").write_text(json.dumps({**rec, "sha256": "1" * 64}))
     assert text_path("fake-book") is None
