@@ -3,7 +3,7 @@
 `prepare_experiment` turns a model, a head specification (`"retrieval"`, `"induction"`, `"random"`, a
 file, `"L3H1,L5H0"`) and a task (the NIAH grid, or a `PromptTask`) into a `HeadExperiment`: the prompts,
 built once, and the heads with where they came from (a saved detection, or one run now on the same
-prompts). `ablate` and `rope_zero` run the experiments on it; `interp ablate` / `interp rope-zero` and
+prompts). `ablate`, `rope_zero` and `head_curve` (keep or mask the top k heads by retrieval score) run the experiments on it; `interp ablate` / `interp rope-zero` and
 notebooks call the same functions:
 
     import interp
@@ -118,3 +118,40 @@ def rope_zero(model, heads="retrieval", *, niah=None, task=None, from_dir=None, 
                          random_draws=random_draws, head_draws=head_draws, seed=seed, batch_size=batch_size,
                          heads_source=exp.source, **kw)
     return run_rope_zero(model, cfg, samples=exp.samples, task=exp.task, progress=progress)
+
+
+def detection_ranking(exp: HeadExperiment) -> tuple[tuple, str]:
+    """(every head ranked best first, what ranked them) from the experiment's retrieval detection: the one run
+    now, or the saved retrieval.json it was read from."""
+    import json
+    from pathlib import Path
+
+    from interp.analyses.head_curve import rank_heads
+    from interp.errors import InvalidInputError
+
+    sel = exp.selection
+    if sel.source.startswith("retrieval"):
+        if sel.detector_result is not None:
+            return rank_heads(sel.detector_result.scores), "retrieval score (detected on this run's NIAH grid)"
+        f = (sel.detection or {}).get("from")
+        if f:
+            return rank_heads(json.loads(Path(f).read_text(encoding="utf-8"))["scores"]), f"retrieval score (from {f})"
+    raise InvalidInputError("a head curve ranks every head by its retrieval score: use --heads retrieval (detected "
+                            "now, or --from DIR with a saved detection)")
+
+
+def head_curve(model, heads="retrieval", *, kind: str = "keep", ks=(1, 2, 4, 8, 16), niah=None, task=None,
+               from_dir=None, threshold: float = 0.1, mode: str = "zero", draws: int = 3, random_pool: str = "any",
+               reach_frac: float = 0.95, seed: int = 0, batch_size: int = 8,
+               experiment: HeadExperiment | None = None, progress=None):
+    """Keep only (kind="keep") or mask (kind="mask") the top k heads by retrieval score at each k, against k random
+    heads (interp.analyses.head_curve). `experiment` as in `ablate`."""
+    from interp.analyses.head_curve import HeadCurveConfig, run_head_curve
+
+    exp = experiment or prepare_experiment(model, heads, niah=niah, task=task, from_dir=from_dir, threshold=threshold,
+                                           seed=seed, batch_size=batch_size)
+    ranked, source = detection_ranking(exp)
+    kw = {} if exp.niah is None else {"niah": exp.niah}
+    cfg = HeadCurveConfig(ranked=ranked, ks=tuple(ks), kind=kind, mode=mode, draws=draws, random_pool=random_pool,
+                          reach_frac=reach_frac, seed=seed, batch_size=batch_size, ranking_source=source, **kw)
+    return run_head_curve(model, cfg, samples=exp.samples, task=exp.task, progress=progress)

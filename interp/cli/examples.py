@@ -22,6 +22,7 @@ EXAMPLES = {
                                 "interp detect copy-suppression --texts docs.txt --candidates 3"],
     "ablate": ["interp ablate --heads retrieval --out runs/demo",
                "interp ablate --heads retrieval --from runs/ret --draws 5 --random-pool any",
+               "interp ablate --heads retrieval --from runs/ret --curve keep --ks 0,1,2,4,8,16",
                "interp ablate --heads L2H4,L2H5 --prompts prompts.jsonl --metric logit_diff --csv",
                "interp ablate --model qwen2.5-7b --heads retrieval --lengths 32768 --batch-size auto"],
     "patch": ["interp patch --model tiny-llama --task niah --site head_out,resid_pre --positions=-1",

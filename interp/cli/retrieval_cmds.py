@@ -88,6 +88,10 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
            random_pool: str = typer.Option("layer", "--random-pool", help="layer: random heads with the same "
                                            "count per layer (matched); any: the same count from any layer."),
            n_heads: Optional[int] = typer.Option(None, "--n-heads", min=1, help="With --heads random: how many heads."),
+           curve: Optional[str] = typer.Option(None, "--curve", help="keep: mask every head but the top k by retrieval "
+                                               "score; mask: mask the top k; at each --ks, against k random heads "
+                                               "(head_curve.json) instead of one target set."),
+           ks: str = typer.Option("1,2,4,8,16,32", "--ks", help="With --curve: the head counts k, comma-separated."),
            from_dir: Optional[str] = typer.Option(None, "--from", help="Reuse retrieval.json from this directory."),
            seed: int = typer.Option(0, "--seed", help="Seed of the random draws and bootstrap."),
            lengths: str = LENGTHS, depths: str = DEPTHS, seeds: int = SEEDS, haystack: Optional[str] = HAYSTACK,
@@ -106,6 +110,7 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
         raise InvalidInputError(f"--mode {mode!r}: valid modes are {', '.join(ABLATION_MODES)}")
     if random_pool not in ("layer", "any"):
         raise InvalidInputError(f"--random-pool {random_pool!r}: use layer (same count per layer) or any")
+    k_list = _curve_ks(curve, ks, heads)
     saved = saved_detection(heads, from_dir)
     niah = experiment_grid(ctx, saved, prompts, lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
     o, m = open_run("ablate", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
@@ -115,6 +120,20 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
     niah = niah_for_model(m, niah) if task is None or detecting else None
     batch_size = experiment_batch(m, batch_size, niah, task, detecting=detecting)
     exp = prepare_heads(m, heads, niah, task, saved, threshold, batch_size, o, seed, n_heads)
+    if k_list is not None:
+        from interp.analyses.pipeline import head_curve
+
+        if decode_only:
+            raise InvalidInputError("--decode-only applies to a single ablation, not to --curve")
+        prog, advance = progress_bar(exp.n_prompts * (1 + len(k_list) * (1 + draws)), f"{curve} curve conditions")
+        with prog:
+            res = head_curve(m, kind=curve, ks=k_list, mode=mode, draws=draws, random_pool=random_pool, seed=seed,
+                             batch_size=batch_size, experiment=exp, progress=advance)
+        write_result(res, o, "head_curve", as_json, csv)
+        write_task_prompts(task, exp.samples, m, o / "prompts.jsonl")
+        if not (as_json or csv):
+            _print_curve(res, o)
+        return
     prog, advance = progress_bar(exp.n_prompts * (2 + draws), "ablation conditions")
     with prog:
         res = run(m, experiment=exp, mode=mode, decode_only=decode_only, draws=draws, random_pool=random_pool,
@@ -123,6 +142,55 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
     write_task_prompts(task, exp.samples, m, o / "prompts.jsonl")
     if not (as_json or csv):
         _print_ablation(res, o)
+
+
+def _curve_ks(curve: Optional[str], ks: str, heads: str) -> list[int] | None:
+    """--ks as ints when --curve is given (checked before the model loads); None without --curve."""
+    from interp.analyses.head_curve import KINDS
+
+    if curve is None:
+        return None
+    if curve not in KINDS:
+        raise InvalidInputError(f"--curve {curve!r}: use keep (mask every head but the top k) or mask (the top k)")
+    if heads != "retrieval":
+        raise InvalidInputError(f"--curve ranks every head by its retrieval score: use --heads retrieval, not {heads!r}")
+    try:
+        out = [int(k) for k in ks.split(",") if k.strip()]
+    except ValueError:
+        raise InvalidInputError(f"--ks {ks!r}: give head counts, e.g. 1,2,4,8") from None
+    if not out:
+        raise InvalidInputError("--ks is empty: give head counts, e.g. 1,2,4,8")
+    return out
+
+
+def _print_curve(res, out) -> None:
+    from rich.table import Table
+
+    what = "every head masked but the top k" if res.kind == "keep" else "the top k heads masked"
+    t = Table(title=f"{res.model}: {what} ({res.mode}; ranked by {res.ranking_source}); baseline {res.metric} "
+                    f"{res.baseline['mean']:.2f} [{res.baseline['lo']:.2f}, {res.baseline['hi']:.2f}]")
+    for col in ("k", "top-k heads", f"{res.metric}, top k [95% CI]", "k random heads [95% CI]",
+                "top - random [95% CI]", "p"):
+        t.add_column(col)
+    for p in res.points:
+        e, r, d = p.target["metric"], (p.random_pooled or {}).get("metric"), p.target_vs_random
+        t.add_row(str(p.k), heads_cell(p.heads), f"{e['mean']:.2f} [{e['lo']:.2f}, {e['hi']:.2f}]",
+                  "-" if r is None else f"{r['mean']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]",
+                  "-" if d is None else f"{d['diff']:+.2f} [{d['diff_lo']:+.2f}, {d['diff_hi']:+.2f}]",
+                  "-" if d is None else f"{d['p_value']:.3g}")
+    c = console()
+    c.print(t)
+    r = res.reach
+    if res.kind == "keep":
+        c.print(f"{r['frac']:.0%} of baseline ({r['goal']:.2f}) reached keeping the top k = {_k(r['target_k'])} "
+                f"(CI lower bound: k = {_k(r['target_k_ci'])}); keeping k random heads: k = {_k(r['random_k'])}",
+                highlight=False)
+    c.print(f"top k and random k first differ (95% CI excludes 0) at k = {_k(r['separated_k'])}", highlight=False)
+    c.print(f"written to {final_path(out)}/")
+
+
+def _k(k) -> str:
+    return "not on these ks" if k is None else str(k)
 
 
 def _print_ablation(res, out):

@@ -66,6 +66,31 @@ def metric_by_condition(result: dict):
 
 
 @reads_result
+def head_curve(result: dict):
+    """The metric vs k: the top k heads (kept alone, or masked) against k random heads, 95% CIs; the baseline and,
+    for a keep curve, the reach goal as lines."""
+    go = _go()
+    pts = sorted(result["points"], key=lambda p: p["k"])
+    fig = go.Figure()
+    for key, name in (("target", "top k by retrieval score"), ("random_pooled", "k random heads (pooled sets)")):
+        xs = [p for p in pts if p.get(key)]
+        fig.add_trace(go.Scatter(x=[p["k"] for p in xs], y=[p[key]["metric"]["mean"] for p in xs],
+                                 mode="lines+markers", name=name, error_y=ci_error_y([p[key]["metric"] for p in xs])))
+    base = result["baseline"]["mean"]
+    fig.add_hline(y=base, line_dash="dot", line_color="grey", annotation_text=f"baseline {base:.2f}")
+    reach = result.get("reach") or {}
+    if result["kind"] == "keep" and reach.get("goal") is not None:
+        fig.add_hline(y=reach["goal"], line_dash="dash", line_color="green",
+                      annotation_text=f"{reach['frac']:.0%} of baseline", annotation_position="bottom right")
+    what = "every head masked but the top k" if result["kind"] == "keep" else "the top k heads masked"
+    fig.update_xaxes(type="log" if max(p["k"] for p in pts) >= 16 and min(p["k"] for p in pts) > 0 else "linear",
+                     tickmode="array", tickvals=[p["k"] for p in pts])
+    fig.update_layout(title=f"{result['metric']} vs k, {result['model']}: {what} ({result['mode']}), vs k random "
+                            "heads (95% CI)", xaxis_title="k (heads)", **_metric_axis(result["metric"]))
+    return fig
+
+
+@reads_result
 def rope_dose_response(result: dict):
     go = _go()
     fig = go.Figure()

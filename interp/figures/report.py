@@ -32,6 +32,7 @@ def _figures_of(stem: str) -> Callable[[dict], dict] | None:
                                 "streaming_heatmap": plotting.streaming_heatmap(d),
                                 "threshold_sweep": plotting.threshold_sweep(d)},
         "ablation": lambda d: {"metric_by_condition": plotting.metric_by_condition(d)},
+        "head_curve": lambda d: {"head_curve": plotting.head_curve(d)},
         "rope_zero": lambda d: {"rope_dose_response": plotting.rope_dose_response(d)},
         "rope_profile": lambda d: {"rope_usage": plotting.rope_usage_heatmap(d)},
         "induction": induction_figures,
@@ -43,7 +44,7 @@ def _figures_of(stem: str) -> Callable[[dict], dict] | None:
     }.get(stem)
 
 
-RESULTS = ("ablation", "rope_zero", "rope_profile", "patching", "path_patching", "induction", "copy_suppression",
+RESULTS = ("ablation", "head_curve", "rope_zero", "rope_profile", "patching", "path_patching", "induction", "copy_suppression",
            "probes", "theta", "retrieval")  # result files, in the order a page shows them (a run's own detection last)
 
 
