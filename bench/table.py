@@ -20,6 +20,10 @@ PATCHING = {  # result file -> (model label, the command that wrote it)
                                   "python bench/patching.py --model smollm2-135m --seq 128 --positions 8 "
                                   "--baseline-cells 16 --skip atp,atp-qk,interp-noskip --long 0 "
                                   "--out bench/results/patching-smollm2-cpu.json"),
+    "patching-smollm2-full-cpu.json": ("SmolLM2-135M (30 layers)",
+                                       "python bench/patching.py --model smollm2-135m --seq 128 --pairs 2 --grids resid "
+                                       "--baseline-cells 16 --skip atp,atp-qk,interp-noskip --long 0 "
+                                       "--out bench/results/patching-smollm2-full-cpu.json"),
 }
 GRID_LABEL = {"resid": "resid_pre, every layer x {pos} positions", "heads": "head_out, every head",
               "heads_pos": "head_out_by_pos, last 8 positions"}
@@ -42,7 +46,8 @@ def patching_rows() -> list[tuple[str, ...]]:
             mine = next((r for r in d["rows"] if r["grid"] == grid and r["method"] == "interp"), None)
             if mine is None:
                 continue
-            what = (f"patching {GRID_LABEL[grid].format(pos=len(mine['positions'] or []))}, {mine['pairs']} pairs "
+            pos = len(mine["positions"]) if mine.get("positions") else f"all {mine['seq']}"
+            what = (f"patching {GRID_LABEL[grid].format(pos=pos)}, {mine['pairs']} pairs "
                     f"x {mine['seq']} tokens, {label}")
             rows.append((what, "interp: time / (work bound W x one forward)", f"{mine['measured_over_bound']:.2f}",
                          name, cmd))
