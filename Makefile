@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.interp-installed
 
-.PHONY: setup demo models test test-fast bench results results-ioi-path results-theta clean
+.PHONY: setup demo models test test-fast bench results results-real results-ioi-path results-theta clean
 
 setup: $(STAMP)
 
@@ -92,6 +92,23 @@ results-%: setup
 		--overwrite --out $(OUT)/patch-ioi
 	@if [ "$*" = tiny-qwen2 ]; then $(I) probe --model $* --overwrite --out $(OUT)/probe; fi
 	@if [ "$*" = tiny-qwen2 ]; then $(MAKE) --no-print-directory results-ioi-path; fi
+
+# The seed analyses on the two real pretrained models (docs/results-real.md), into runs/results-real/<model>/. One
+# target per model (`make results-real-smollm2-135m`), one torch thread each, so the two run side by side on two
+# cores. NIAH on a real book (Sherlock Holmes, `interp texts`) with the standard needles, 5 depths x 4 seeds.
+REAL_MODELS := smollm2-135m gemma3-270m
+RR = runs/results-real/$*
+RI := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $(I)
+REAL_NIAH := --haystack sherlock-holmes --depths 0,0.25,0.5,0.75,1 --n-seeds 4
+
+results-real: $(addprefix results-real-,$(REAL_MODELS))
+
+results-real-%: setup models
+	$(RI) detect induction --model $* --draws 10 --overwrite --out $(RR)/induction
+	$(RI) detect copy-suppression --model $* --texts sherlock-holmes --overwrite --out $(RR)/copy-suppression
+	$(RI) detect retrieval --model $* $(REAL_NIAH) --lengths 1024,2048,4096 --overwrite --out $(RR)/retrieval
+	$(RI) ablate --model $* --heads retrieval --from $(RR)/retrieval $(REAL_NIAH) --lengths 1024,2048 --draws 5 \
+		--overwrite --out $(RR)/ablate
 
 # Finding (ii) as a controlled experiment (docs/results.md#retrieval-heads-vs-rope_theta): tiny-llama variants
 # that differ only in rope_theta (1e3, 1e4, 5e5) and training seed (2, 3); builds the missing ones (about 40 min

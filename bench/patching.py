@@ -28,9 +28,10 @@ measured in this one process, method after method.
 Model: the bundled organism tiny-llama (4 layers) by default, --model NAME (any alias interp loads, with a
 tokenizer, e.g. smollm2-135m), or --random-config JSON|qwen7b (random weights of a given geometry).
 
-Part 2 (--long N, default 2048): peak memory of head-level attribution on one N-token pair, beside a
-plain forward and a plain forward + backward of the same metric (what the model's own backward needs),
-and the size one layer's full attention patterns ([heads, N, N] fp32) would take.
+Part 2 (--long N[,N...], default 2048): time and peak memory of head-level attribution on one N-token pair (AtP
+on head_out and on head_out, q, k; AtP-QK on q, k), beside a plain forward and a plain forward + backward of the
+same metric (what the model's own backward needs; attribution's time is also given as a multiple of it), each in a
+fresh process, and the size one layer's full attention patterns ([heads, N, N] fp32) would take.
 
 Usage: python bench/patching.py [--model tiny-llama] [--pairs 8] [--seq 64] [--grids resid,heads,heads_pos]
        [--positions K] [--baseline-cells N] [--device cpu] [--threads 1] [--skip tl,nnsight] [--quick]
@@ -322,25 +323,33 @@ def long_child(spec: dict) -> None:
 
 
 def part_long(model, args) -> list[dict]:
-    """Peak memory on one long pair, each measurement in a fresh process: plain forward, forward +
-    backward, AtP (head_out, q, k), AtP-QK (q, k)."""
+    """Time and peak memory on one long pair at each --long length, each measurement in a fresh process: plain
+    forward, forward + backward, AtP (head_out, q, k), AtP-QK (q, k); attribution's time also as a multiple of the
+    forward + backward at the same length."""
     from overhead import run_child
 
-    n = min(args.long, model.spec.max_positions or args.long)
     out = []
-    for what in LONG_JOBS:
-        r = run_child({"long": True, "what": what, "n": n, "model": args.model, "device": args.device,
-                       "threads": args.threads}, args.child_timeout, script=__file__)
-        out.append(r)
-        if "error" in r:
-            print(f"long  {what:24s} error: {r['error']}")
-        else:
-            print(f"long  {what:24s} {n} tokens  {r['wall_s']:6.2f} s  peak {r['peak_mb']:8.1f} MB", flush=True)
-    spec = model.spec
-    one_layer = spec.n_heads * n * n * 4 / 2 ** 20
-    print(f"long  (one layer's [heads, T, T] fp32 patterns would be {one_layer:.0f} MB; all layers "
-          f"{one_layer * spec.n_layers:.0f} MB)")
-    out.append({"what": "one layer's attention patterns, fp32", "tokens": n, "mb": one_layer})
+    for n in sorted({min(int(t), model.spec.max_positions or int(t)) for t in args.long.split(",") if int(t) > 0}):
+        fb = None
+        for what in LONG_JOBS:
+            r = run_child({"long": True, "what": what, "n": n, "model": args.model, "device": args.device,
+                           "threads": args.threads}, args.child_timeout, script=__file__)
+            out.append(r)
+            if "error" in r:
+                print(f"long  {what:24s} error: {r['error']}")
+                continue
+            if what == "forward + backward":
+                fb = r["wall_s"]
+            elif what.startswith("atp") and fb:
+                r["x_forward_backward"] = r["wall_s"] / fb
+            print(f"long  {what:24s} {n} tokens  {r['wall_s']:6.2f} s  peak {r['peak_mb']:8.1f} MB"
+                  + (f"  {r['x_forward_backward']:.2f}x forward + backward" if "x_forward_backward" in r else ""),
+                  flush=True)
+        spec = model.spec
+        one_layer = spec.n_heads * n * n * 4 / 2 ** 20
+        print(f"long  (one layer's [heads, T, T] fp32 patterns would be {one_layer:.0f} MB; all layers "
+              f"{one_layer * spec.n_layers:.0f} MB)")
+        out.append({"what": "one layer's attention patterns, fp32", "tokens": n, "mb": one_layer})
     return out
 
 
@@ -422,7 +431,8 @@ def main(argv=None):
     ap.add_argument("--model", default="tiny-llama")
     ap.add_argument("--pairs", type=int, default=8, help="pairs of every grid")
     ap.add_argument("--seq", type=int, default=64)
-    ap.add_argument("--grids", default="resid,heads,heads_pos", help="comma-separated: " + ",".join(GRIDS))
+    ap.add_argument("--grids", default="resid,heads,heads_pos",
+                    help="comma-separated: " + ",".join(GRIDS) + " ('' : the long-pair part only)")
     ap.add_argument("--positions", type=int, default=None,
                     help="resid grid: this many evenly spaced positions (default: every position)")
     ap.add_argument("--baseline-cells", type=int, default=None,
@@ -433,7 +443,7 @@ def main(argv=None):
                          "random weights, in place of --model")
     ap.add_argument("--skip", default="", help="comma-separated methods to leave out: " + ",".join(METHODS[1:]))
     ap.add_argument("--quick", action="store_true", help="16-token prompts, 2 pairs")
-    ap.add_argument("--long", type=int, default=2048, help="tokens of the memory part (0: skip it)")
+    ap.add_argument("--long", default="2048", help="comma-separated token counts of the long-pair part (0: skip it)")
     args, torch = parse_and_setup(ap, argv, long_child)
     if args is None:
         return
@@ -508,7 +518,7 @@ def main(argv=None):
                   + ("" if diff is None else f"  max |diff| vs interp {diff:.2e}" + ("" if ok else "  UNEQUAL")) + extra,
                   flush=True)
             rows.append(row)
-    long_rows = part_long(model, args) if args.long else []
+    long_rows = part_long(model, args) if args.long not in ("", "0") else []
     print("\nratios (method time / interp time, same grid; baselines over a sample of cells are scaled):")
     for grid in grids:
         base = next(r["wall_s"] for r in rows if r["grid"] == grid and r["method"] == "interp")

@@ -38,3 +38,19 @@ def test_patching_bench_quick_run(tmp_path):
     whole = {r["grid"]: r for r in rows if r["method"] == "interp-noskip"}
     # a 3-layer toy: a pass costs more than the layers skipping saves, so skipping may merge back to layer 0
     assert all(skip[g]["work_done"] <= whole[g]["work_done"] for g in skip)
+
+
+@pytest.mark.slow
+def test_patching_bench_long_part_times_attribution_against_forward_backward(tmp_path):
+    out = tmp_path / "long.json"
+    r = subprocess.run([sys.executable, "bench/patching.py", "--model", "tiny-llama", "--grids", "", "--long", "48,32",
+                        "--threads", "1", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(out.read_text())
+    assert d["rows"] == []
+    long = [x for x in d["long_context"] if "wall_s" in x]
+    assert [x["tokens"] for x in long] == [32] * 6 + [48] * 6  # every job at each length, shortest first
+    for n in (32, 48):
+        fb = next(x for x in long if x["tokens"] == n and x["what"] == "forward + backward")
+        for x in (x for x in long if x["tokens"] == n and x["what"].startswith("atp")):
+            assert x["x_forward_backward"] == pytest.approx(x["wall_s"] / fb["wall_s"])
