@@ -165,6 +165,10 @@ class RetrievalResult:
     outcomes: list[dict] = field(default_factory=list)
     sample_scores: list = field(default_factory=list)  # [prompt][layer][head] when config.keep_sample_scores
     sample_seeds: list[int] = field(default_factory=list)  # each prompt's NIAH seed, same order
+    # per context length: {length, n_samples, n_used, recall, heads (score > threshold at that length alone,
+    # best first), per_layer}; and the Jaccard index of every two lengths' head sets (how stable the set is)
+    by_length: list[dict] = field(default_factory=list)
+    jaccard_by_length: list[dict] = field(default_factory=list)
 
     def head_ids(self):
         from interp.sites import as_heads
@@ -214,7 +218,18 @@ def detect_retrieval_heads(model, config: RetrievalConfig | None = None, samples
         mean, smean = np.zeros(scores.shape[1:]), stream.mean(0)
     else:
         mean, smean = scores[use].mean(0), stream[use].mean(0)
-    order = sorted(((mean[l, h], l, h) for l, h in zip(*np.nonzero(mean > config.threshold))), reverse=True)
+    order = _above(mean, config.threshold)
+    by_length = []
+    lengths = np.array([s.context_length for s in samples])
+    for n_ctx in sorted(set(lengths.tolist())):
+        at = lengths == n_ctx
+        u = use & at
+        m = scores[u].mean(0) if u.any() else np.zeros(scores.shape[1:])
+        by_length.append({"length": int(n_ctx), "n_samples": int(at.sum()), "n_used": int(u.sum()),
+                          "recall": float(ok[at].mean()), "heads": [f"L{l}H{h}" for _, l, h in _above(m, config.threshold)],
+                          "per_layer": [int(x) for x in (m > config.threshold).sum(1)]})
+    jaccard = [{"lengths": [a["length"], b["length"]], "jaccard": _jaccard(a["heads"], b["heads"])}
+               for i, a in enumerate(by_length) for b in by_length[i + 1:]]
     return RetrievalResult(
         model=model.name,
         scores=mean.round(6).tolist(),
@@ -231,7 +246,20 @@ def detect_retrieval_heads(model, config: RetrievalConfig | None = None, samples
         outcomes=[o.to_dict() for o in outcomes],
         **({"sample_scores": scores.round(6).tolist(), "sample_seeds": [int(s.seed) for s in samples]}
            if config.keep_sample_scores else {}),
+        by_length=by_length if len(by_length) > 1 else [],
+        jaccard_by_length=jaccard,
     )
+
+
+def _above(mean: np.ndarray, threshold: float) -> list[tuple]:
+    """(score, layer, head) of the heads scoring above `threshold`, best first."""
+    return sorted(((mean[l, h], l, h) for l, h in zip(*np.nonzero(mean > threshold))), reverse=True)
+
+
+def _jaccard(a: Sequence[str], b: Sequence[str]) -> float | None:
+    """|a & b| / |a | b| of two head sets; None when both are empty (nothing to compare)."""
+    a, b = set(a), set(b)
+    return len(a & b) / len(a | b) if a | b else None
 
 
 def _config_dict(config) -> dict:

@@ -44,6 +44,11 @@ def _print_detection(res, out):
             f"({100 * len(res.heads) / n_total:.1f}%): {', '.join(res.heads[:20])}{' ...' if len(res.heads) > 20 else ''}")
     c.print("per layer: " + " ".join(f"L{l}:{n}" for l, n in enumerate(res.per_layer)))
     c.print("sweep: " + "  ".join(f">{s['threshold']}:{s['n_heads']}" for s in res.sweep))
+    if res.by_length:
+        c.print("by length: " + "  ".join(f"{b['length']}: {len(b['heads'])} heads, recall {b['recall']:.2f}"
+                                          for b in res.by_length) + "; Jaccard of the head sets: "
+                + "  ".join(f"{j['lengths'][0]}-{j['lengths'][1]} " + ("-" if j["jaccard"] is None else f"{j['jaccard']:.2f}")
+                            for j in res.jaccard_by_length), highlight=False)
     c.print(f"written to {final_path(out)}/")
 
 

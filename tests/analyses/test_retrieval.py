@@ -99,3 +99,18 @@ def test_ablation_random_pool_any_draws_from_every_layer(bundled):
     assert anyl.conditions[0].head_write_rel is None  # baseline masks nothing
     with pytest.raises(interp.InvalidInputError, match="'layer'"):
         run_ablation(model, AblationConfig(heads=heads, niah=niah, random_pool="all"))
+
+
+def test_heads_by_length_equal_a_detection_at_that_length_alone(bundled, one_thread):
+    model = bundled("tiny-llama")
+    both = NiahConfig(context_lengths=(256, 512), depths=(0.25, 0.75), n_seeds=2)
+    res = detect_retrieval_heads(model, RetrievalConfig(niah=both, threshold=0.05))
+    assert [b["length"] for b in res.by_length] == [256, 512]
+    for b in res.by_length:
+        alone = detect_retrieval_heads(model, RetrievalConfig(niah=NiahConfig(context_lengths=(b["length"],),
+                                                                              depths=(0.25, 0.75), n_seeds=2),
+                                                              threshold=0.05))
+        assert b["heads"] == alone.heads and b["recall"] == alone.baseline_recall and b["n_samples"] == 4
+        assert b["per_layer"] == alone.per_layer and alone.by_length == []  # one length: no breakdown
+    a, c = set(res.by_length[0]["heads"]), set(res.by_length[1]["heads"])
+    assert res.jaccard_by_length == [{"lengths": [256, 512], "jaccard": len(a & c) / len(a | c)}] and a
