@@ -81,14 +81,17 @@ class NiahConfig:
         self.haystack = str(self.haystack_file) if self.haystack_file else "corpus"
         self.haystack_text = None
         if self.haystack_file is not None:
-            from interp.tasks.texts import TEXTS, resolve_haystack, text_record
+            from interp.tasks.texts import TEXTS, alias_of, resolve_haystack, text_record
 
             path = resolve_haystack(self.haystack_file)
-            if path != str(self.haystack_file) and str(self.haystack_file) in TEXTS:
-                rec = text_record(str(self.haystack_file))
+            # the alias, or its cached file (a config copied with dataclasses.replace holds the path already)
+            alias = str(self.haystack_file) if path != str(self.haystack_file) and str(self.haystack_file) in TEXTS \
+                else alias_of(path)
+            if alias is not None:
+                rec = text_record(alias)
                 self.haystack_text = {k: rec[k] for k in ("alias", "title", "package", "member", "sha256", "lines",
                                                           "licence")}
-                self.haystack_file = path
+                self.haystack, self.haystack_file = alias, path
         self.haystack_fallback = not self.haystack_file and self.needle_source == "standard"
 
     @property

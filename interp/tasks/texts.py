@@ -70,6 +70,19 @@ def text_path(alias: str) -> Path | None:
     return None
 
 
+def alias_of(path: str | os.PathLike) -> str | None:
+    """The alias whose fetched text `path` is (the cached file itself), or None."""
+    try:
+        p = Path(path).resolve()
+    except (OSError, ValueError):
+        return None
+    for alias in TEXTS:
+        have = text_path(alias)
+        if have is not None and have.resolve() == p:
+            return alias
+    return None
+
+
 def text_record(alias: str) -> dict | None:
     """What `fetch_text` recorded of a fetched text (package, version, member, sha256, lines, licence), or None."""
     if text_path(alias) is None:

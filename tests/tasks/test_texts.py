@@ -62,6 +62,8 @@ def test_fetch_from_a_folder_records_the_source_and_the_alias_becomes_a_haystack
     cfg = NiahConfig(haystack_file="fake-book")
     assert cfg.haystack_file == str(path) and cfg.haystack == "fake-book"
     assert cfg.haystack_text["sha256"] == _fake().sha256 and not cfg.haystack_fallback
+    again = replace(cfg, needle_source="standard")  # a copy (resolve_niah) still says which text it is
+    assert again.haystack == "fake-book" and again.haystack_text == cfg.haystack_text and again.haystack_file == str(path)
     from interp.tasks.text import read_documents  # --texts (copy suppression) takes the alias too
 
     assert read_documents("fake-book") == ["It was a dark night.\nHolmes smiled.\nThe end."]
