@@ -46,6 +46,34 @@ def threshold_sweep(result: dict):
 
 
 @reads_result
+def niah_recall_heatmap(result: dict):
+    """NIAH recall of the unmasked model by needle depth x context length (each cell: recalled / prompts), from a
+    retrieval detection's outcomes (their ids say length, depth and seed: L1024-d0.5-s7)."""
+    import re
+
+    go = _go()
+    cells: dict = {}
+    for o in result.get("outcomes", []):
+        m = re.match(r"^L(\d+)-d([^-]+(?:e-\d+)?)-s(\d+)$", o["id"])
+        if m:
+            cells.setdefault((int(m.group(1)), float(m.group(2))), []).append(bool(o["recall"]))
+    lengths = sorted({k[0] for k in cells})
+    depths = sorted({k[1] for k in cells})
+    z = [[(sum(cells[(n, d)]) / len(cells[(n, d)])) if (n, d) in cells else None for n in lengths] for d in depths]
+    text = [[f"{sum(cells[(n, d)])}/{len(cells[(n, d)])}" if (n, d) in cells else "" for n in lengths] for d in depths]
+    fig = go.Figure(go.Heatmap(z=z, x=[str(n) for n in lengths], y=[f"{d:g}" for d in depths], zmin=0, zmax=1,
+                               colorscale="RdYlGn", text=text, texttemplate="%{text}",
+                               colorbar={"title": "recall<br>(fixed 0-1)"},
+                               hovertemplate="length %{x}, depth %{y}: recall %{z:.2f}<extra></extra>"))
+    n = sum(len(v) for v in cells.values())
+    fig.update_layout(title=f"NIAH recall by needle depth and context length, {result['model']} (unmasked; "
+                            f"{n} prompts, recalled / prompts per cell)", xaxis_title="context length (tokens)",
+                      yaxis_title="needle depth (fraction of the haystack before it)", xaxis_type="category",
+                      yaxis_type="category")
+    return fig
+
+
+@reads_result
 def metric_by_condition(result: dict):
     """Bars: the ablation result's primary metric per condition, with its 95% bootstrap CI."""
     go = _go()

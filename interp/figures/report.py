@@ -30,7 +30,8 @@ def _figures_of(stem: str) -> Callable[[dict], dict] | None:
     return {
         "retrieval": lambda d: {"retrieval_heatmap": plotting.retrieval_heatmap(d),
                                 "streaming_heatmap": plotting.streaming_heatmap(d),
-                                "threshold_sweep": plotting.threshold_sweep(d)},
+                                "threshold_sweep": plotting.threshold_sweep(d),
+                                "niah_recall": plotting.niah_recall_heatmap(d)},
         "ablation": lambda d: {"metric_by_condition": plotting.metric_by_condition(d)},
         "head_curve": lambda d: {"head_curve": plotting.head_curve(d)},
         "rope_zero": lambda d: {"rope_dose_response": plotting.rope_dose_response(d)},

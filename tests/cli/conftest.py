@@ -10,6 +10,8 @@ RUNS = {
                   "--n-seeds", "2"],
     "ablate": ["ablate", "-m", "tiny-qwen2", "--heads", "L2H4,L2H5,L2H6,L2H7", "--lengths", "256", "--depths", "0.5",
                "--n-seeds", "2", "--draws", "1"],
+    "ablate-curve": ["ablate", "-m", "tiny-qwen2", "--heads", "retrieval", "--curve", "keep", "--ks", "4,32",
+                     "--lengths", "256", "--depths", "0.5", "--n-seeds", "2", "--draws", "1"],
     "rope-zero": ["rope-zero", "-m", "tiny-qwen2", "--heads", "L2H4", "--lengths", "256", "--depths", "0.5",
                   "--n-seeds", "2", "--dims", "0,8", "--random-draws", "1", "--head-draws", "1"],
     "rope-profile": ["rope-profile", "-m", "tiny-qwen2", "--heads", "L2H4", "--n-texts", "2", "--n-tokens", "64"],
