@@ -20,10 +20,10 @@ PATCHING = {  # result file -> (model label, the command that wrote it)
                                   "python bench/patching.py --model smollm2-135m --seq 128 --positions 8 "
                                   "--baseline-cells 16 --skip atp,atp-qk,interp-noskip --long 0 "
                                   "--out bench/results/patching-smollm2-cpu.json"),
-    "patching-smollm2-full-cpu.json": ("SmolLM2-135M (30 layers)",
-                                       "python bench/patching.py --model smollm2-135m --seq 128 --pairs 2 --grids resid "
-                                       "--baseline-cells 16 --skip atp,atp-qk,interp-noskip --long 0 "
-                                       "--out bench/results/patching-smollm2-full-cpu.json"),
+    "patching-smollm2-full8-cpu.json": ("SmolLM2-135M (30 layers)",
+                                        "python bench/patching.py --model smollm2-135m --seq 128 --grids resid "
+                                        "--baseline-cells 16 --skip atp,atp-qk,interp-noskip --long 0 "
+                                        "--out bench/results/patching-smollm2-full8-cpu.json"),
 }
 GRID_LABEL = {"resid": "resid_pre, every layer x {pos} positions", "heads": "head_out, every head",
               "heads_pos": "head_out_by_pos, last 8 positions"}
