@@ -59,6 +59,22 @@ def patching_rows() -> list[tuple[str, ...]]:
     return rows
 
 
+LONG = {"patching-smollm2-long-cpu.json": ("SmolLM2-135M", "python bench/patching.py --model smollm2-135m --grids '' "
+                                                           "--long 512,2048 --out bench/results/patching-smollm2-long-cpu.json")}
+LONG_LABEL = {"atp head_out": "AtP on head_out", "atp-qk q,k": "AtP-QK on q, k"}
+
+
+def attribution_rows() -> list[tuple[str, ...]]:
+    rows = []
+    for name, (label, cmd) in LONG.items():
+        d = _load(name)
+        for r in (d or {}).get("long_context", []):
+            if r.get("what") in LONG_LABEL and "x_forward_backward" in r:
+                rows.append((f"attribution patching, {LONG_LABEL[r['what']]}, one {r['tokens']}-token pair, {label}",
+                             "time / one forward + backward", f"{r['x_forward_backward']:.2f}", name, cmd))
+    return rows
+
+
 def detect_rows() -> list[tuple[str, ...]]:
     d = _load("detect-cpu.json")
     if d is None:
@@ -85,7 +101,7 @@ def load_rows() -> list[tuple[str, ...]]:
 
 def table() -> str:
     head = ["| measurement | ratio of | value | result | command |", "|---|---|---|---|---|"]
-    rows = patching_rows() + detect_rows() + load_rows()
+    rows = patching_rows() + attribution_rows() + detect_rows() + load_rows()
     return "\n".join(head + [f"| {w} | {o} | {v} | `bench/results/{f}` | `{c}` |" for w, o, v, f, c in rows])
 
 
