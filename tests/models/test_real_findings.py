@@ -23,8 +23,8 @@ FULL_RUN_INDUCTION = {"smollm2-135m": {"L18H6", "L17H3", "L17H4", "L18H7", "L23H
 @pytest.mark.parametrize("alias", ["smollm2-135m", "gemma3-270m"])
 def test_induction_heads_carry_the_copy_and_random_heads_do_not(alias, one_thread):
     model = model_of(alias)
-    cfg = InductionConfig(repeated=RepeatedConfig(lengths=(24,), n_seqs=8), draws=3, copy_tokens=512, n_boot=500,
-                          n_perm=500)
+    cfg = InductionConfig(repeated=RepeatedConfig(lengths=(24,), n_seqs=8), draws=2, copy_tokens=64, n_boot=300,
+                          n_perm=300)
     res = detect_induction_heads(model, cfg)
     found = set(res.induction_heads)
     assert len(found & FULL_RUN_INDUCTION[alias]) >= 2, (found, FULL_RUN_INDUCTION[alias])
