@@ -187,7 +187,10 @@ def run_head_curve(model, config: HeadCurveConfig, samples: Sequence | None = No
         means, _ = reference_means(model, task, config.batch_size)
 
     def acted(hs):  # the heads a condition masks, given the heads it is about
-        return tuple(h for h in every if h not in set(hs)) if config.kind == "keep" else tuple(hs)
+        if config.kind == "mask":
+            return tuple(hs)
+        kept = set(hs)
+        return tuple(h for h in every if h not in kept)
 
     def make(hs):
         masked = acted(hs)
