@@ -18,8 +18,16 @@ Peak memory is the rise of the process's resident set (VmHWM after resetting it 
 the allocation before the call on CUDA. Eager needs every layer's full [heads, T, T] pattern; where
 its estimate exceeds the memory budget it is skipped and the estimate printed.
 
+With --model NAME (a real checkpoint interp loads, e.g. smollm2-135m) every part runs on that model
+instead (plain = the checkpoint with interp's wrapper removed), and part 2 adds
+    tl         TransformerLens's TransformerBridge over the same HF model, the rows captured by a
+               hook on every layer's hook_pattern that keeps only the 4 query rows (TL computes each
+               layer's full [H, T, T] pattern but never holds more than one layer's)
+checked equal to interp's rows at ctx 256 (max |diff| <= 1e-4, else exit).
+
 Usage: python bench/overhead.py [--quick] [--device cpu|cuda] [--threads N] [--mem-budget-gb G]
-Results: a table on stdout and bench/results/overhead-<device>.json.
+                                [--model NAME] [--kinds sdpa,rows,eager,tl]
+Results: a table on stdout and bench/results/overhead-<device>.json (overhead-<model>-<device>.json).
 """
 
 from __future__ import annotations
@@ -44,7 +52,8 @@ ROOT = HERE.parent
 GiB = 1024 ** 3
 MiB = 1024 ** 2
 
-# the model: mid-size Llama (MHA), random weights
+# the model: mid-size Llama (MHA), random weights; or a real checkpoint (--model), whose geometry then fills MODEL
+REAL = {"name": None}
 MODEL = dict(vocab_size=8192, hidden_size=512, intermediate_size=1408, num_hidden_layers=4,
              num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=8192,
              tie_word_embeddings=False)
@@ -68,9 +77,20 @@ def _dtype(name: str):
 
 
 def make_hf(attn: str, device: str, dtype: str, seed: int = 0, overrides: dict | None = None):
-    """A seeded random-weight LlamaForCausalLM; the same seed gives the same weights."""
+    """A seeded random-weight LlamaForCausalLM (the same seed gives the same weights), or, with `--model`
+    (REAL["name"] set), that checkpoint as a plain HF model (interp's attention wrapper removed)."""
     import torch
     import transformers as tf
+
+    if REAL["name"]:
+        sys.path.insert(0, str(ROOT))
+        from interp.models.loading import load_model
+
+        m = load_model(REAL["name"], device=device, dtype=_dtype(dtype))
+        m.detach()
+        if attn != m.hf.config._attn_implementation:
+            m.hf.set_attn_implementation(attn)
+        return m.hf.eval()
 
     cfg = tf.LlamaConfig(**{**MODEL, **(overrides or {})})
     torch.manual_seed(seed)
@@ -118,6 +138,38 @@ class PeakMemory:
         return False
 
 
+def make_bridge(hf, device: str):
+    """TransformerLens's TransformerBridge wrapping `hf` itself (same weights, no conversion)."""
+    from transformer_lens.model_bridge import TransformerBridge
+    from transformers import AutoTokenizer
+
+    hf.config.architectures = [type(hf).__name__]
+    tok = None
+    if REAL["name"]:
+        from interp.models.loading import load_model  # the checkpoint's own tokenizer
+
+        tok = load_model(REAL["name"], device="cpu").tokenizer
+    else:
+        tok = AutoTokenizer.from_pretrained(ROOT / "data" / "organisms" / "tokenizer")
+    br = TransformerBridge.boot_transformers(REAL["name"] or "random-llama", hf_model=hf, tokenizer=tok, device=device)
+    return br.eval()
+
+
+def tl_rows(bridge, ids, pos):
+    """The attention rows at `pos` of every layer, [b, L, H, len(pos), T], captured with a hook_pattern hook."""
+    import torch
+
+    rows = {}
+
+    def keep(pattern, hook):
+        rows[hook.name] = pattern[:, :, pos].clone()
+        return pattern
+
+    with torch.no_grad():
+        bridge.run_with_hooks(ids, fwd_hooks=[(lambda n: n.endswith("attn.hook_pattern"), keep)])
+    return torch.stack([rows[f"blocks.{l}.attn.hook_pattern"] for l in range(len(rows))], dim=1)
+
+
 def query_positions(ctx: int) -> list[int]:
     return [ctx // 4, ctx // 2, (3 * ctx) // 4, ctx - 1]
 
@@ -128,6 +180,13 @@ def eager_bytes_estimate(ctx: int, batch: int, elem: int) -> int:
     L, H, V = MODEL["num_hidden_layers"], MODEL["num_attention_heads"], MODEL["vocab_size"]
     t2 = ctx * ctx
     return batch * (H * t2 * elem * (L + 2) + t2 * elem + ctx * V * 4)
+
+
+def tl_bytes_estimate(ctx: int, batch: int, elem: int) -> int:
+    """TransformerLens pattern capture: the sdpa-sized activations plus one layer's scores, pattern and softmax
+    temporaries ([b, H, T, T] each, ~3 alive at once) and the additive mask."""
+    H = MODEL["num_attention_heads"]
+    return sdpa_bytes_estimate(ctx, batch, elem) + batch * (3 * H + 1) * ctx * ctx * elem
 
 
 def sdpa_bytes_estimate(ctx: int, batch: int, elem: int) -> int:
@@ -143,10 +202,14 @@ def child_main(spec: dict) -> None:
     torch = _setup_torch(spec["threads"])
     sys.path.insert(0, str(ROOT))
     MODEL.update(spec["model"])
+    REAL["name"] = spec.get("model_name")
     device, ctx, kind, batch = spec["device"], spec["ctx"], spec["kind"], spec["batch"]
     attn = "eager" if kind == "eager" else "sdpa"
     hf = make_hf(attn, device, spec["dtype"])
     g = torch.Generator().manual_seed(123)
+    # TransformerLens 3's bridge over this same HF model; it computes every layer's full pattern
+    # (hook_pattern); a hook keeps only the 4 query rows, so TL never holds more than one layer's pattern
+    bridge = make_bridge(hf, device) if kind == "tl" else None
     V = MODEL["vocab_size"]
 
     def ids_of(n):
@@ -169,6 +232,9 @@ def child_main(spec: dict) -> None:
         def run(ids):
             with torch.no_grad():
                 return hf(input_ids=ids).logits
+    elif kind == "tl":
+        def run(ids):
+            return tl_rows(bridge, ids, query_positions(ids.shape[1]))
     else:
         raise SystemExit(f"unknown kind {kind}")
 
@@ -297,7 +363,16 @@ def rows_sanity(args) -> dict:
     with torch.no_grad():
         att = eager(input_ids=ids, output_attentions=True).attentions
     ref = torch.stack([a[:, :, pos] for a in att], dim=1)
-    return {"ctx": ctx, "positions": pos, "max_abs_diff": (rows.float() - ref.float()).abs().max().item()}
+    out = {"ctx": ctx, "positions": pos, "max_abs_diff": (rows.float() - ref.float()).abs().max().item()}
+    if "tl" in args.kinds:
+        del eager
+        tl = tl_rows(make_bridge(make_hf("sdpa", args.device, args.dtype), args.device), ids, pos)
+        out["tl_max_abs_diff"] = (rows.float() - tl.float()).abs().max().item()
+    bad = [k for k in ("max_abs_diff", "tl_max_abs_diff") if out.get(k, 0.0) > 1e-4]
+    if bad:
+        raise SystemExit(f"attention rows differ from the reference ({', '.join(f'{k} {out[k]:.3g}' for k in bad)}): "
+                         "the timings would not compare like with like")
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,8 +386,8 @@ def part_rows(args) -> list[dict]:
     calib = None  # measured / estimated eager peak at the largest context that ran
     for ctx in args.contexts:
         reps = args.repeats_rows if ctx <= 2048 else args.repeats_long
-        for kind in ("sdpa", "rows", "eager"):
-            est = (eager_bytes_estimate if kind == "eager" else sdpa_bytes_estimate)(ctx, 1, elem)
+        for kind in args.kinds:
+            est = {"eager": eager_bytes_estimate, "tl": tl_bytes_estimate}.get(kind, sdpa_bytes_estimate)(ctx, 1, elem)
             if kind == "eager" and calib is not None:
                 est = int(est * max(1.0, calib))
             entry = {"ctx": ctx, "kind": kind, "estimate_bytes": est}
@@ -320,7 +395,7 @@ def part_rows(args) -> list[dict]:
                 entry["skipped"] = f"would need ~{est / GiB:.1f} GiB > budget {args.mem_budget_gb:.1f} GiB"
             else:
                 spec = {"device": args.device, "dtype": args.dtype, "ctx": ctx, "kind": kind, "batch": 1,
-                        "threads": args.threads, "repeats": reps, "model": dict(MODEL)}
+                        "threads": args.threads, "repeats": reps, "model": dict(MODEL), "model_name": REAL["name"]}
                 t0 = time.perf_counter()
                 res = run_child(spec, timeout=args.child_timeout)
                 entry["wall_s"] = time.perf_counter() - t0
@@ -371,13 +446,17 @@ def print_report(res: dict):
               f"{o['ratio_median'][n]:>15.3f}{o['ratio_min'][n]:>15.3f}{flag}")
 
     s = res["rows_sanity"]
+    kinds = res["args"]["kinds"]
     print()
     print("== attention rows, 4 query positions (T/4, T/2, 3T/4, T-1), batch 1 ==")
-    print(f"   check at ctx {s['ctx']}: interp rows vs eager attentions max |diff| = {s['max_abs_diff']:.3g}")
+    tl_check = f"; TransformerLens hook_pattern rows: {s['tl_max_abs_diff']:.3g}" if "tl_max_abs_diff" in s else ""
+    print(f"   check at ctx {s['ctx']}: interp rows vs eager attentions max |diff| = {s['max_abs_diff']:.3g}{tl_check}")
     print(f"   peak memory: {res['rows'][0].get('mem_method', 'n/a') if res['rows'] else 'n/a'}")
     by = {(e["ctx"], e["kind"]): e for e in res["rows"]}
-    print(f"   {'ctx':>6} | {'sdpa fwd':>18} | {'interp rows':>18} | {'eager+output_attn':>30} | "
-          f"{'eager/rows time':>15} {'eager/rows mem':>14}")
+    titles = {"sdpa": "sdpa fwd", "rows": "interp rows", "eager": "eager+output_attn", "tl": "TL hook_pattern"}
+    others = [k for k in ("eager", "tl") if k in kinds]
+    print(f"   {'ctx':>6} | " + " | ".join(f"{titles[k]:>24}" for k in kinds) + " | "
+          + " ".join(f"{k + '/rows time':>15} {k + '/rows mem':>14}" for k in others))
 
     def cell(e, width):
         if e is None:
@@ -389,12 +468,15 @@ def print_report(res: dict):
         return f"{e['median_s']:>7.3f}s {e['peak_bytes'] / MiB:>7.0f}MiB".rjust(width)
 
     for ctx in res["args"]["contexts"]:
-        a, r, e = by.get((ctx, "sdpa")), by.get((ctx, "rows")), by.get((ctx, "eager"))
-        tr = mr = "-"
-        if r and e and "median_s" in r and "median_s" in e:
-            tr = f"{e['median_s'] / r['median_s']:.2f}x"
-            mr = f"{e['peak_bytes'] / max(r['peak_bytes'], 1):.1f}x"
-        print(f"   {ctx:>6} | {cell(a, 18)} | {cell(r, 18)} | {cell(e, 30)} | {tr:>15} {mr:>14}")
+        r = by.get((ctx, "rows"))
+        ratios = []
+        for k in others:
+            e, tr, mr = by.get((ctx, k)), "-", "-"
+            if r and e and "median_s" in r and "median_s" in e:
+                tr = f"{e['median_s'] / r['median_s']:.2f}x"
+                mr = f"{e['peak_bytes'] / max(r['peak_bytes'], 1):.1f}x"
+            ratios.append(f"{tr:>15} {mr:>14}")
+        print(f"   {ctx:>6} | " + " | ".join(cell(by.get((ctx, k)), 24) for k in kinds) + " | " + " ".join(ratios))
     print_skips_and_errors(res["rows"], "kind", res["args"]["mem_budget_gb"])
 
 
@@ -488,9 +570,29 @@ def main(argv=None):
     ap.add_argument("--contexts", type=int, nargs="+", default=None, help="part 2 contexts (default 512 2048 8192)")
     ap.add_argument("--repeats-rows", type=int, default=None, help="timed calls per child at ctx <= 2048 (default 3)")
     ap.add_argument("--repeats-long", type=int, default=1, help="timed calls per child at ctx > 2048")
+    ap.add_argument("--model", default=None,
+                    help="a real checkpoint interp loads (e.g. smollm2-135m) in place of the random-weight Llama")
+    ap.add_argument("--kinds", default=None,
+                    help="part 2 methods, comma-separated from sdpa,rows,eager,tl (default sdpa,rows,eager; with "
+                         "--model also tl: TransformerLens pattern capture)")
     args, torch = parse_and_setup(ap, argv, child_main)
     if args is None:
         return
+    args.kinds = (args.kinds or ("sdpa,rows,eager,tl" if args.model else "sdpa,rows,eager")).split(",")
+    unknown = set(args.kinds) - {"sdpa", "rows", "eager", "tl"}
+    if unknown:
+        ap.error(f"--kinds: unknown {sorted(unknown)}; choose from sdpa, rows, eager, tl")
+    if args.model:
+        REAL["name"] = args.model
+        sys.path.insert(0, str(ROOT))
+        from interp.models.loading import load_config
+
+        cfg = load_config(args.model)
+        cfg = getattr(cfg, "text_config", cfg)
+        MODEL.clear()
+        MODEL.update({k: getattr(cfg, k) for k in ("vocab_size", "hidden_size", "intermediate_size",
+                                                   "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                                                   "max_position_embeddings")})
     cuda = args.device.startswith("cuda")
     args.dtype = args.dtype or ("bfloat16" if cuda else "float32")
     q = args.quick
@@ -503,7 +605,7 @@ def main(argv=None):
 
     t_start = time.perf_counter()
     print(f"interp overhead benchmark on {args.device} ({args.dtype}, torch threads {torch.get_num_threads()}); "
-          f"Llama L={MODEL['num_hidden_layers']} d={MODEL['hidden_size']} H={MODEL['num_attention_heads']} "
+          f"{args.model or 'random Llama'} L={MODEL['num_hidden_layers']} d={MODEL['hidden_size']} H={MODEL['num_attention_heads']} "
           f"V={MODEL['vocab_size']}; memory budget {args.mem_budget_gb:.1f} GiB", flush=True)
     print("part 1: forward overhead ...", flush=True)
     overhead = part_overhead(args)
@@ -513,7 +615,7 @@ def main(argv=None):
 
 
     res = {
-        "device": args.device, "dtype": args.dtype, "model": dict(MODEL),
+        "device": args.device, "dtype": args.dtype, "model": dict(MODEL), "model_name": args.model or "random-llama",
         "args": {k: v for k, v in vars(args).items() if not k.startswith("_")},
         "env": bench_env(args, torch),
         "overhead": overhead, "rows_sanity": sanity, "rows": rows,
@@ -521,7 +623,7 @@ def main(argv=None):
     }
     res["total_wall_s"] = time.perf_counter() - t_start
     print_report(res)
-    write_result(res, args, "overhead")
+    write_result(res, args, f"overhead-{args.model}" if args.model else "overhead")
 
 
 if __name__ == "__main__":

@@ -92,6 +92,91 @@ def detect_rows() -> list[tuple[str, ...]]:
     return rows
 
 
+def _best(r: dict) -> float:
+    return min(r["times_s"])
+
+
+DETECT_REAL = {"detect-smollm2-135m-cpu.json": (
+    "SmolLM2-135M", "python bench/detect.py --model smollm2-135m --contexts 1024 2048 4096 --seeds 2 --threads 1 "
+                    "--mem-budget-gb 16")}
+
+
+def detect_real_rows() -> list[tuple[str, ...]]:
+    rows = []
+    for name, (label, cmd) in DETECT_REAL.items():
+        d = _load(name)
+        by = {(r["ctx"], r["method"]): r for r in (d or {}).get("results", []) if "times_s" in r}
+        for ctx in sorted({c for c, _ in by}):
+            a, g, e = by.get((ctx, "interp")), by.get((ctx, "greedy")), by.get((ctx, "eager"))
+            what = f"retrieval-head detection, {label}, {ctx} tokens"
+            if a and g:
+                rows.append((what, "interp detection / plain greedy decoding, time", f"{_best(a) / _best(g):.2f}",
+                             name, cmd))
+            if a and e:
+                rows.append((what, "eager output_attentions / interp, time", f"{_best(e) / _best(a):.1f}x", name, cmd))
+                rows.append((what, "eager output_attentions / interp, peak memory",
+                             f"{e['peak_bytes'] / a['peak_bytes']:.1f}x", name, cmd))
+    return rows
+
+
+OVERHEAD_REAL = {"overhead-smollm2-135m-cpu.json": (
+    "SmolLM2-135M", "python bench/overhead.py --model smollm2-135m --contexts 1024 4096 8192 --mem-budget-gb 16")}
+
+
+def overhead_rows() -> list[tuple[str, ...]]:
+    rows = []
+    for name, (label, cmd) in OVERHEAD_REAL.items():
+        d = _load(name)
+        if d is None:
+            continue
+        o = d["overhead"]
+        what = f"forward, {o['batch']} x {o['seq']} tokens, {label}"
+        rows.append((what, "interp.Model (no intervention) / plain HF, median time",
+                     f"{o['ratio_median']['interp']:.2f}", name, cmd))
+        rows.append((what, f"interp, {o['ablated_fraction']:.0%} of heads masked / plain HF, median time",
+                     f"{o['ratio_median']['ablate25']:.2f}", name, cmd))
+        by = {(r["ctx"], r["kind"]): r for r in d["rows"] if "median_s" in r}
+        for ctx in sorted({c for c, _ in by}):
+            mine = by.get((ctx, "rows"))
+            if mine is None:
+                continue
+            what = f"attention rows (4 queries, every head), {ctx} tokens, {label}"
+            for kind, lab in (("sdpa", "plain sdpa forward"), ("tl", "TransformerLens hook_pattern capture"),
+                              ("eager", "eager output_attentions")):
+                r = by.get((ctx, kind))
+                if r is not None:
+                    rows.append((what, f"{lab} / interp rows, time", f"{r['median_s'] / mine['median_s']:.2f}",
+                                 name, cmd))
+                    rows.append((what, f"{lab} / interp rows, peak memory",
+                                 f"{r['peak_bytes'] / max(mine['peak_bytes'], 1):.1f}x", name, cmd))
+    return rows
+
+
+STORE_REAL = {"store-smollm2-135m-cpu.json": (
+    "SmolLM2-135M", "python bench/store.py --model smollm2-135m --gb 1 --repeats 5 --dir /tmp")}
+
+
+def store_rows() -> list[tuple[str, ...]]:
+    rows = []
+    for name, (label, cmd) in STORE_REAL.items():
+        d = _load(name)
+        if d is None or "write_summary" not in d:
+            continue
+        info = d["info"]
+        what = (f"activation store, {label} residual stream ({len(info['sites'])} sites, "
+                f"{info['site_bytes'] / 2 ** 30:.2f} GiB)")
+        w = d["write_summary"]["store"]
+        rows.append((what, "store writer / np.save, write MB/s", f"{w['vs_np_save']:.2f}", name, cmd))
+        rows.append((what, "store writer / np.save + fsync, write MB/s", f"{w['vs_np_save_fsync']:.2f}", name, cmd))
+        r = d["read_summary"]
+        for test, lab in (("scan-all", "sequential scan of every site"), ("random", "random rows")):
+            a, b = r.get(f"{test}/store"), r.get(f"{test}/np.save")
+            if a and b:
+                rows.append((what, f"store memmap / np.load(mmap_mode='r'), {lab}, cold cache, MB/s",
+                             f"{a['mb_s'] / b['mb_s']:.2f}", name, cmd))
+    return rows
+
+
 def load_rows() -> list[tuple[str, ...]]:
     d = _load("load-cpu.json")
     return [] if d is None else [(f"loading {r['model']} (GGUF)", "transformers' GGUF load / interp's cached load",
@@ -101,7 +186,8 @@ def load_rows() -> list[tuple[str, ...]]:
 
 def table() -> str:
     head = ["| measurement | ratio of | value | result | command |", "|---|---|---|---|---|"]
-    rows = patching_rows() + attribution_rows() + detect_rows() + load_rows()
+    rows = (patching_rows() + attribution_rows() + overhead_rows() + detect_rows() + detect_real_rows()
+            + store_rows() + load_rows())
     return "\n".join(head + [f"| {w} | {o} | {v} | `bench/results/{f}` | `{c}` |" for w, o, v, f, c in rows])
 
 

@@ -9,8 +9,10 @@ heads use the highest and semantic ones the lowest frequencies.)
 
 Norm statistics (pluggable; our reading of the paper's "norm-utility", see docs/science.md):
 q_norm (mean ||q||), k_norm (mean ||k||), qk_norm (mean ||q|| * mean ||k||), low_share (usage
-share of the lowest-frequency quarter of the pairs). Retrieval vs other heads: Cohen's d and a
-layer-clustered permutation test (labels permuted within layers).
+share of the lowest-frequency quarter of the pairs). Retrieval vs other heads: Cohen's d with a bootstrap
+CI (heads resampled within each group) and a layer-clustered permutation test (labels permuted within layers),
+for the chosen statistic (`comparison`) and for every other one (`comparisons`: all come from the same
+forward pass, so reporting them all costs nothing and shows which the choice of statistic drives).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ STATISTICS = ("q_norm", "k_norm", "qk_norm", "low_share")
 @dataclass
 class RopeProfileConfig:
     """`retrieval_heads`: heads compared with the rest (none: no comparison); `heads_source`: how they were
-    chosen, recorded in the result. `n_texts` corpus passages of `n_tokens` tokens each. `statistic`: the
+    chosen, recorded in the result. `n_texts` passages of `n_tokens` tokens each, from `text` (a file, a
+    directory of .txt files or a fetched text's alias) or, without it, from interp's corpus. `statistic`: the
     per-head norm statistic, q_norm | k_norm | qk_norm | low_share. `n_perm`: permutations of the
     layer-clustered permutation test."""
 
@@ -43,6 +46,7 @@ class RopeProfileConfig:
     statistic: str = "qk_norm"
     n_perm: int = 10000
     batch_size: int = 8
+    text: str | None = None  # passages from this text (a file, a directory, a fetched text's alias); None: the corpus
 
     def __post_init__(self):
         from interp.errors import check_fields
@@ -62,12 +66,13 @@ class RopeProfileResult:
     head_statistic: list[list[float]]  # [layer][head]
     retrieval_heads: list[str]
     heads_source: str
-    comparison: dict | None  # Cohen's d + layer-clustered permutation, retrieval vs other heads
+    comparison: dict | None  # Cohen's d (+ bootstrap CI) + layer-clustered permutation, retrieval vs other heads
     config: dict
     provenance: dict = field(default_factory=dict)
     layer_theta: list = field(default_factory=list)  # each layer's rope_theta (Gemma-3: 1e4 sliding, 1e6 full)
     pair_freqs_by_theta: dict = field(default_factory=dict)  # {theta: inv_freq per pair} when layer types differ
     retrieval_heads_by_theta: dict = field(default_factory=dict)  # {theta: the retrieval heads rotating with it}
+    comparisons: dict = field(default_factory=dict)  # {statistic: comparison} for every statistic
 
     def to_frame(self):
         """One row per (layer, head, quantity): the head statistic and every pair's share of |q.k|."""
@@ -87,28 +92,52 @@ class RopeProfileResult:
 def _texts(model, config) -> list[list[int]]:
     from interp.tasks.text import corpus_passages
 
-    return corpus_passages(model.tokenizer, config.n_texts, config.n_tokens, f"rope-profile/{config.seed}")
+    return corpus_passages(model.tokenizer, config.n_texts, config.n_tokens, f"rope-profile/{config.seed}",
+                           text=config.text)
 
 
-def pair_usage(q: torch.Tensor, k: torch.Tensor, rope) -> torch.Tensor:
-    """|contribution| of each pair (plus a non-rotary bucket if partial) summed over causal (i, j): [P(+1)]."""
+def pair_usage(q: torch.Tensor, k: torch.Tensor, rope, block_bytes: int = 4 << 20) -> torch.Tensor:
+    """|contribution| of each pair (plus a non-rotary bucket if partial) summed over causal (i, j): [P(+1)].
+    Queries go in blocks whose [P, rows, keys] temporaries stay under `block_bytes` (small buffers the allocator
+    reuses, not a fresh [P, T, T] mapping per head), each block against the keys up to its last query."""
     s = q.shape[0]
-    causal = torch.tril(torch.ones(s, s, dtype=torch.bool, device=q.device))
     a = torch.tensor([rope.pair_dims(j)[0] for j in range(rope.n_pairs)], device=q.device)
     b = torch.tensor([rope.pair_dims(j)[1] for j in range(rope.n_pairs)], device=q.device)
-    c = torch.einsum("ip,jp->pij", q[:, a], k[:, a]) + torch.einsum("ip,jp->pij", q[:, b], k[:, b])
-    out = (c.abs() * causal).sum((1, 2))
-    if rope.rotary_dims < rope.head_dim:
-        rest = slice(rope.rotary_dims, rope.head_dim)
-        out = torch.cat([out, ((q[:, rest] @ k[:, rest].T).abs() * causal).sum()[None]])
+    qa, qb, ka, kb = q[:, a], q[:, b], k[:, a], k[:, b]
+    partial = rope.rotary_dims < rope.head_dim
+    rest = slice(rope.rotary_dims, rope.head_dim)
+    out = torch.zeros(rope.n_pairs + (1 if partial else 0), dtype=q.dtype, device=q.device)
+    rows = max(1, block_bytes // (q.element_size() * rope.n_pairs * s))
+    for i0 in range(0, s, rows):
+        i1 = min(s, i0 + rows)
+        causal = torch.arange(i1, device=q.device)[None, :] <= torch.arange(i0, i1, device=q.device)[:, None]
+        c = torch.einsum("ip,jp->pij", qa[i0:i1], ka[:i1]) + torch.einsum("ip,jp->pij", qb[i0:i1], kb[:i1])
+        out[:rope.n_pairs] += (c.abs() * causal).sum((1, 2))
+        if partial:
+            out[-1] += ((q[i0:i1, rest] @ k[:i1, rest].T).abs() * causal).sum()
     return out
+
+
+def compare_heads(values: np.ndarray, labels: np.ndarray, n_perm: int, seed: int, n_boot: int = 2000,
+                  level: float = 0.95) -> dict:
+    """Labelled vs other heads on a [layers, heads] statistic: means, Cohen's d with a percentile bootstrap CI
+    (heads resampled with replacement within each group) and the layer-clustered permutation test."""
+    from interp import stats
+
+    a, b = values[labels], values[~labels]
+    rng = np.random.default_rng(seed)
+    boot = [stats.cohens_d(rng.choice(a, a.size), rng.choice(b, b.size)) for _ in range(n_boot)]
+    lo, hi = np.nanpercentile(boot, [50 * (1 - level), 50 * (1 + level)])
+    perm = stats.layer_clustered_permutation(values, labels, n_perm=n_perm, seed=seed)
+    return {"cohens_d": stats.cohens_d(a, b), "cohens_d_ci": [float(lo), float(hi)], "ci_level": level,
+            "mean_retrieval": float(a.mean()), "mean_other": float(b.mean()), "n_retrieval": int(a.size),
+            "n_other": int(b.size), "layer_clustered_permutation": perm.to_dict()}
 
 
 def run_rope_profile(model, config: RopeProfileConfig) -> RopeProfileResult:
     """Per-head share of |q.k| carried by each rotary pair and the per-head norm statistic on corpus passages,
     retrieval heads vs the rest (see module docstring). Raises InvalidInputError for a model without RoPE
     or retrieval heads outside the model."""
-    from interp import stats
     from interp.runtime.provenance import provenance
     from interp.models.model import pad_left
 
@@ -137,19 +166,16 @@ def run_rope_profile(model, config: RopeProfileConfig) -> RopeProfileResult:
             kn[l, h] = k_all[:, :, g].norm(dim=-1).mean().item()
     order = sorted(range(rope.n_pairs), key=lambda j: rope.inv_freq[j])
     low = order[: max(1, rope.n_pairs // 4)]
-    stat = {"q_norm": qn, "k_norm": kn, "qk_norm": qn * kn, "low_share": usage[:, :, low].sum(-1)}[config.statistic]
-    comparison = None
+    by_stat = {"q_norm": qn, "k_norm": kn, "qk_norm": qn * kn, "low_share": usage[:, :, low].sum(-1)}
+    stat = by_stat[config.statistic]
     labels = np.zeros((L, H), dtype=bool)
     for hd in config.retrieval_heads:
         if not (0 <= hd.layer < L and 0 <= hd.head < H):
             raise InvalidInputError(f"head {hd} is outside the model ({L} layers, {H} heads)")
         labels[hd.layer, hd.head] = True
+    comparisons = {}
     if 0 < labels.sum() < labels.size:
-        perm = stats.layer_clustered_permutation(stat, labels, n_perm=config.n_perm, seed=config.seed)
-        comparison = {"cohens_d": stats.cohens_d(stat[labels], stat[~labels]),
-                      "mean_retrieval": float(stat[labels].mean()), "mean_other": float(stat[~labels].mean()),
-                      "n_retrieval": int(labels.sum()), "n_other": int((~labels).sum()),
-                      "layer_clustered_permutation": perm.to_dict()}
+        comparisons = {name: compare_heads(v, labels, config.n_perm, config.seed) for name, v in by_stat.items()}
     cfg = asdict(config)
     cfg["retrieval_heads"] = [str(h) for h in config.retrieval_heads]
     return RopeProfileResult(
@@ -157,6 +183,6 @@ def run_rope_profile(model, config: RopeProfileConfig) -> RopeProfileResult:
         layer_theta=[spec.theta_of(l) for l in range(L)],
         pair_freqs_by_theta={f"{r.theta:g}": list(r.inv_freq) for r in spec.layer_ropes.values()},
         retrieval_heads_by_theta={f"{t:g}": hs for t, hs in heads_by_theta(spec, config.retrieval_heads).items()},
-        statistic=config.statistic, head_statistic=stat.round(6).tolist(),
+        statistic=config.statistic, head_statistic=stat.round(6).tolist(), comparisons=comparisons,
         retrieval_heads=[str(h) for h in config.retrieval_heads], heads_source=config.heads_source,
-        comparison=comparison, config=cfg, provenance=provenance(model))
+        comparison=comparisons.get(config.statistic), config=cfg, provenance=provenance(model))

@@ -7,7 +7,8 @@ recall; or user prompts with logit_diff / logprob / loss):
   per sample, and the target tested against that pool directly (`target_vs_random_dims`);
 - matched heads: the band in matched non-target heads (same per-layer counts) — head specificity,
   pooled likewise (`target_vs_matched_heads`);
-- task: next-token loss on plain corpus text under the target patch vs unpatched — task specificity.
+- task: next-token loss on plain text under the target patch vs unpatched — task specificity. The text is the
+  NIAH haystack's when it is a real one (a file or a fetched text), else interp's corpus.
 Every condition of every dose is one `Condition` of one `run_conditions` call (each distinct
 (heads, dims) patch evaluated once); the numbers come from `experiments.compare`.
 
@@ -127,7 +128,7 @@ def _task_texts(model, config: RopeZeroConfig) -> list[list[int]]:
     from interp.tasks.text import corpus_passages
 
     return corpus_passages(model.tokenizer, config.task_texts, config.task_tokens,
-                           f"rope-task/{config.niah.first_seed}")
+                           f"rope-task/{config.niah.first_seed}", text=config.niah.haystack_file)
 
 
 def _block(row, metric: str, **extra) -> dict:
@@ -174,7 +175,8 @@ def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence | None = None
                 direct.append((f"target-{dose}", f"{kind}-{dose}"))
     kw = dict(n_boot=config.n_boot, n_perm=config.n_perm, seed=config.seed)
     comp = compare(run_conditions(model, task, conds, config.batch_size, progress), pools=pools, direct=direct, **kw)
-    texts = PromptTask(text_items(_task_texts(model, config), "corpus"), "loss", name="corpus passages")
+    texts = PromptTask(text_items(_task_texts(model, config), "corpus"), "loss",
+                       name=f"{config.niah.haystack} passages" if config.niah.haystack_file else "corpus passages")
     loss = compare(run_conditions(model, texts, loss_conds, config.batch_size), **kw)
     doses = [_dose(comp, loss, dose, bands[dose]) for dose in config.doses]
     m = comp.metric

@@ -107,12 +107,13 @@ def _print_thetas(c, by_theta: dict, what: str) -> None:
 
 def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Optional[str] = FROM,
                  statistic: str = typer.Option("qk_norm", "--statistic", help="q_norm | k_norm | qk_norm | low_share"),
-                 n_texts: int = typer.Option(8, "--n-texts", min=1, help="Corpus passages."),
+                 n_texts: int = typer.Option(8, "--n-texts", min=1,
+                                             help="Passages: of --haystack's text when given, else of interp's corpus."),
                  n_tokens: int = typer.Option(256, "--n-tokens", min=2, help="Tokens per passage."),
                  seed: int = typer.Option(0, "--seed"), lengths: str = LENGTHS, depths: str = DEPTHS,
-                 seeds: int = SEEDS, threshold: float = THRESHOLD, batch_size: int = BATCH,
-                 device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, device_map: Optional[str] = DEVICE_MAP,
-          max_memory: Optional[str] = MAX_MEMORY, model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
+                 seeds: int = SEEDS, haystack: Optional[str] = HAYSTACK, threshold: float = THRESHOLD,
+                 batch_size: int = BATCH, device: Optional[str] = DEVICE, revision: Optional[str] = REVISION,
+                 device_map: Optional[str] = DEVICE_MAP, max_memory: Optional[str] = MAX_MEMORY, model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
                  overwrite: bool = OVERWRITE, as_json: bool = JSON):
     """Per-head, per-frequency-pair share of the q.k logit magnitude; a q/k norm statistic, retrieval vs other heads."""
     from interp.analyses.rope_profile import STATISTICS, RopeProfileConfig, run_rope_profile
@@ -121,7 +122,7 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
     if statistic not in STATISTICS:
         raise InvalidInputError(f"--statistic {statistic!r}: valid are {', '.join(STATISTICS)}")
     saved = saved_detection(heads, from_dir)
-    niah = niah_config(lengths, depths, seeds, None, None, "\\n", None)
+    niah = niah_config(lengths, depths, seeds, haystack, None, "\\n", None)
     o, m = open_run("rope-profile", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     require_rope(m.spec)
     detecting = heads == "retrieval" and saved is None
@@ -135,18 +136,20 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
                         prompts=False)
     target, source = exp.heads, exp.source
     cfg = RopeProfileConfig(retrieval_heads=tuple(target), heads_source=source, n_texts=n_texts, n_tokens=n_tokens,
-                            seed=seed, statistic=statistic, batch_size=batch_size)
+                            seed=seed, statistic=statistic, batch_size=batch_size, text=niah.haystack_file)
     res = run_rope_profile(m, cfg)
     d = write_result(res, o, "rope_profile", as_json)
     if as_json:
         return
     c = console()
-    cmp_ = d["comparison"]
-    if cmp_:
-        p = cmp_["layer_clustered_permutation"]
-        c.print(f"{d['statistic']}: retrieval {cmp_['mean_retrieval']:.3f} (n={cmp_['n_retrieval']}) vs other "
-                f"{cmp_['mean_other']:.3f} (n={cmp_['n_other']}); Cohen's d = {cmp_['cohens_d']:.2f}, "
-                f"layer-clustered permutation p = {p['p_value']:.3g}")
+    if d["comparisons"]:
+        for name, cmp_ in sorted(d["comparisons"].items(), key=lambda kv: kv[0] != d["statistic"]):
+            p = cmp_["layer_clustered_permutation"]
+            lo, hi = cmp_["cohens_d_ci"]
+            c.print(f"{name}{' (chosen)' if name == d['statistic'] else ''}: retrieval {cmp_['mean_retrieval']:.3f} "
+                    f"(n={cmp_['n_retrieval']}) vs other {cmp_['mean_other']:.3f} (n={cmp_['n_other']}); Cohen's d = "
+                    f"{cmp_['cohens_d']:.2f} [{lo:.2f}, {hi:.2f}], layer-clustered permutation p = {p['p_value']:.3g}",
+                    highlight=False)
     else:
         c.print("no comparison: every head or no head is labelled retrieval")
     if d["pair_freqs_by_theta"]:

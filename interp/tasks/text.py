@@ -53,15 +53,19 @@ def read_documents(path: str) -> list[str]:
     return [d for d in docs if d]
 
 
-def corpus_passages(tokenizer, n_texts: int, n_tokens: int, key: str) -> list[list[int]]:
-    """`n_texts` passages of exactly `n_tokens` ids ([BOS] + corpus sentences), seeded by `key`."""
+def corpus_passages(tokenizer, n_texts: int, n_tokens: int, key: str, text: str | None = None) -> list[list[int]]:
+    """`n_texts` passages of exactly `n_tokens` ids ([BOS] + text), seeded by `key`: corpus sentences, or, with
+    `text` (a file, a directory of .txt files or a fetched text's alias, e.g. "sherlock-holmes"), windows of
+    that text at seeded offsets (a pretrained model's loss means something on real prose, not on the corpus)."""
     import random
-
-    from interp.corpus import make_sentence
 
     if tokenizer is None:
         raise InvalidInputError("this analysis needs a tokenizer to encode corpus text")
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    if text is not None:
+        return _text_passages(tokenizer, bos, n_texts, n_tokens, key, text)
+    from interp.corpus import make_sentence
+
     out = []
     for i in range(n_texts):
         r = random.Random(f"{key}/{i}")
@@ -70,3 +74,22 @@ def corpus_passages(tokenizer, n_texts: int, n_tokens: int, key: str) -> list[li
             ids += tokenizer(make_sentence(r), add_special_tokens=False)["input_ids"]
         out.append(ids[:n_tokens])
     return out
+
+
+def _text_passages(tokenizer, bos: list[int], n_texts: int, n_tokens: int, key: str, text: str) -> list[list[int]]:
+    """Windows of a real text: the text is cut into n_texts equal stretches and each passage starts at a seeded
+    offset inside its own stretch (passages never overlap; together they span the text)."""
+    import random
+
+    from interp.tasks.niah import read_haystack
+    from interp.tasks.texts import resolve_haystack
+
+    ids = tokenizer(read_haystack(resolve_haystack(text)), add_special_tokens=False)["input_ids"]
+    body = n_tokens - len(bos)
+    stretch = len(ids) // n_texts
+    if stretch < body:
+        raise InvalidInputError(f"{text}: {len(ids)} tokens hold fewer than {n_texts} passages of {n_tokens} tokens; "
+                                "ask for fewer or shorter passages, or pass a longer text")
+    r = random.Random(f"{key}/text")
+    return [bos + ids[i * stretch + (o := r.randrange(stretch - body + 1)): i * stretch + o + body]
+            for i in range(n_texts)]
