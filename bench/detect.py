@@ -35,7 +35,9 @@ generated tokens and the same recall, and fails loudly (exit 1) otherwise. Where
 parent checks that it generated the same tokens as the detector (the recorder only observes), and
 fails loudly otherwise.
 
-Each (context, method) runs in a fresh subprocess, after a warm-up at a short context. Peak memory
+Each (context, method) runs in a fresh subprocess, after a warm-up at a short context. Times on CPU are the
+measuring process's CPU time (one torch thread: other processes sharing the cores stretch its wall time, not
+the CPU time the work takes; wall times are kept in the JSON's times_s); on CUDA, wall time. Peak memory
 is measured as in bench/overhead.py (`PeakMemory`): the rise of the resident set on CPU (VmHWM
 after resetting it through /proc/self/clear_refs, minus VmRSS before), torch.cuda
 max_memory_allocated minus the allocation before on CUDA. Eager keeps every layer's
@@ -313,22 +315,24 @@ def child_main(spec: dict) -> None:
     t0 = time.perf_counter()
     samples = build_niah(tok, cfg.niah)
     build_s = time.perf_counter() - t0
-    times = []
+    times, cpu = [], []  # wall; this process's CPU time (one thread: immune to other processes on the cores)
     for r in range(spec["repeats"]):
         sync(device)
         if r == 0:
             with PeakMemory(device) as pm:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 out = run(samples, cfg)
                 sync(device)
                 times.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
         else:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             run(samples, cfg)
             sync(device)
             times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
     print("RESULT " + json.dumps({
-        "times_s": times, "peak_bytes": pm.peak, "mem_method": pm.method, "build_niah_s": build_s,
+        "times_s": times, "cpu_s": cpu, "peak_bytes": pm.peak, "mem_method": pm.method, "build_niah_s": build_s,
         "n_samples": len(samples), "prompt_tokens": [len(s.input_ids) for s in samples],
         "prompts_sha256": hashlib.sha256(json.dumps([s.input_ids for s in samples]).encode()).hexdigest(),
         "batch_size": cfg.batch_size, **out}))
@@ -365,8 +369,8 @@ def measure(args, cfg: dict) -> tuple[list[dict], list[dict], list[dict]]:
                 t0 = time.perf_counter()
                 entry.update(run_child(spec, timeout=args.child_timeout, script=__file__))
                 entry["wall_s"] = time.perf_counter() - t0
-                if "times_s" in entry:
-                    entry["seconds"] = min(entry["times_s"])
+                if "times_s" in entry:  # CPU seconds on CPU (see the module docstring), wall seconds on CUDA
+                    entry["seconds"] = min(entry["cpu_s"] if args.device == "cpu" else entry["times_s"])
                     if method == "eager" and entry["peak_bytes"]:
                         calib = entry["peak_bytes"] / eager_bytes_estimate(ctx, batch, elem, cfg)
             results.append(entry)

@@ -241,22 +241,25 @@ def child_main(spec: dict) -> None:
     run(ids_of(64))  # warm-up: lazy init, kernel selection
     ids = ids_of(ctx)
     sync(device)
-    times = []
+    times, cpu = [], []  # wall time; this process's CPU time (all its threads: on one thread, immune to
+    # other processes sharing the cores, which stretch wall time but not the CPU time the work takes)
     with PeakMemory(device) as pm:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = run(ids)
         sync(device)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     shape = list(out.shape)
     del out
     for _ in range(spec["repeats"] - 1):
         gc.collect()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = run(ids)
         sync(device)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         del out
-    print("RESULT " + json.dumps({"times_s": times, "peak_bytes": pm.peak, "mem_method": pm.method,
+    print("RESULT " + json.dumps({"times_s": times, "cpu_s": cpu, "peak_bytes": pm.peak, "mem_method": pm.method,
                                   "out_shape": shape}))
 
 
@@ -324,6 +327,7 @@ def part_overhead(args) -> dict:
 
     names = list(variants)
     times = {n: [] for n in names}
+    cpu = {n: [] for n in names}
     for _ in range(args.warmup):
         for n in names:
             variants[n]()
@@ -332,10 +336,11 @@ def part_overhead(args) -> dict:
         order = names[r % len(names):] + names[:r % len(names)]  # rotate: no variant always first
         for n in order:
             sync(dev)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             out = variants[n]()
             sync(dev)
             times[n].append(time.perf_counter() - t0)
+            cpu[n].append(time.process_time() - c0)
             del out
     med = {n: statistics.median(ts) for n, ts in times.items()}
     mins = {n: min(ts) for n, ts in times.items()}
@@ -343,7 +348,8 @@ def part_overhead(args) -> dict:
         "batch": args.batch, "seq": args.seq, "repeats": args.repeats, "warmup": args.warmup,
         "ablated_heads": [f"L{l}H{h}" for l, h in heads], "ablated_fraction": len(heads) / (L * H),
         "interp_vs_plain_max_abs_diff": same, "ablation_max_abs_logit_change": effect,
-        "times_s": times, "median_s": med, "min_s": mins,
+        "times_s": times, "median_s": med, "min_s": mins, "cpu_s": cpu,
+        "ratio_median_cpu": {n: statistics.median(cpu[n]) / statistics.median(cpu["plain"]) for n in names},
         "ratio_median": {n: med[n] / med["plain"] for n in names},
         "ratio_min": {n: mins[n] / mins["plain"] for n in names},
     }
@@ -402,6 +408,7 @@ def part_rows(args) -> list[dict]:
                 entry.update(res)
                 if "times_s" in res:
                     entry["median_s"] = statistics.median(res["times_s"])
+                    entry["median_cpu_s"] = statistics.median(res["cpu_s"])
                     if kind == "eager" and res["peak_bytes"]:
                         calib = res["peak_bytes"] / eager_bytes_estimate(ctx, 1, elem)
             results.append(entry)
@@ -421,7 +428,8 @@ def print_progress(e: dict, label: str, measured: Callable[[dict], str]) -> None
 
 
 def _progress(e: dict):
-    print_progress(e, f"{e['kind']:<5}", lambda e: f"{e['median_s']:.3f} s, peak +{e['peak_bytes'] / MiB:.0f} MiB")
+    print_progress(e, f"{e['kind']:<5}", lambda e: f"{e['median_s']:.3f} s (CPU {e['median_cpu_s']:.3f} s), "
+                                                   f"peak +{e['peak_bytes'] / MiB:.0f} MiB")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -451,7 +459,8 @@ def print_report(res: dict):
     print("== attention rows, 4 query positions (T/4, T/2, 3T/4, T-1), batch 1 ==")
     tl_check = f"; TransformerLens hook_pattern rows: {s['tl_max_abs_diff']:.3g}" if "tl_max_abs_diff" in s else ""
     print(f"   check at ctx {s['ctx']}: interp rows vs eager attentions max |diff| = {s['max_abs_diff']:.3g}{tl_check}")
-    print(f"   peak memory: {res['rows'][0].get('mem_method', 'n/a') if res['rows'] else 'n/a'}")
+    print(f"   times: CPU seconds of the measuring process (one thread; wall time in the JSON); peak memory: "
+          f"{res['rows'][0].get('mem_method', 'n/a') if res['rows'] else 'n/a'}")
     by = {(e["ctx"], e["kind"]): e for e in res["rows"]}
     titles = {"sdpa": "sdpa fwd", "rows": "interp rows", "eager": "eager+output_attn", "tl": "TL hook_pattern"}
     others = [k for k in ("eager", "tl") if k in kinds]
@@ -465,7 +474,7 @@ def print_report(res: dict):
             return f"{'skipped (~' + format(e['estimate_bytes'] / GiB, '.1f') + ' GiB)':>{width}}"
         if "error" in e:
             return f"{'error':>{width}}"
-        return f"{e['median_s']:>7.3f}s {e['peak_bytes'] / MiB:>7.0f}MiB".rjust(width)
+        return f"{e['median_cpu_s']:>7.3f}s {e['peak_bytes'] / MiB:>7.0f}MiB".rjust(width)
 
     for ctx in res["args"]["contexts"]:
         r = by.get((ctx, "rows"))
@@ -473,7 +482,7 @@ def print_report(res: dict):
         for k in others:
             e, tr, mr = by.get((ctx, k)), "-", "-"
             if r and e and "median_s" in r and "median_s" in e:
-                tr = f"{e['median_s'] / r['median_s']:.2f}x"
+                tr = f"{e['median_cpu_s'] / r['median_cpu_s']:.2f}x"
                 mr = f"{e['peak_bytes'] / max(r['peak_bytes'], 1):.1f}x"
             ratios.append(f"{tr:>15} {mr:>14}")
         print(f"   {ctx:>6} | " + " | ".join(cell(by.get((ctx, k)), 24) for k in kinds) + " | " + " ".join(ratios))

@@ -4,9 +4,9 @@ Run `python notebooks/make_notebooks.py` after editing; the test suite executes 
 (tests/docs/test_notebooks.py) and checks the numbers each one prints on its last line as JSON.
 
 Every notebook: a title, a parameters cell (tagged "parameters", sizes that run in well under a minute on
-one CPU thread), calls into `interp` (names from `interp` itself, figures from `interp.figures`), at least
-one rendered figure, and a last cell that asserts what the analysis should show and prints a one-line JSON
-summary of the numbers behind it.
+one CPU thread; 08, on the real pretrained models, in about 3 minutes), calls into `interp` (names from
+`interp` itself, figures from `interp.figures`), at least one rendered figure, and a last cell that asserts
+what the analysis should show and prints a one-line JSON summary of the numbers behind it.
 """
 
 from pathlib import Path
@@ -431,6 +431,133 @@ THETA = [
          '                  "rope_zero_random": {n: round(d["random_dims"], 4) for n, d in top.items()}}))'),
 ]
 
+REAL = [
+    md("# The seed analyses on two real pretrained models",
+       "SmolLM2-135M (`smollm2-135m`) and Gemma-3-270M (`gemma3-270m`), dequantised from their GGUF files into "
+       "interp's cache (`make models`: `interp models fetch smollm2-135m gemma3-270m` and `interp texts fetch "
+       "sherlock-holmes`), float32 on the CPU. Induction heads on both (detection, then masking them vs "
+       "layer-matched random heads), retrieval heads on SmolLM2 (NIAH with *The Adventures of Sherlock Holmes* as "
+       "the haystack and interp's standard needles) and their overlap with the induction heads.",
+       "",
+       "The grids here are reduced so that the notebook runs in about 3 minutes on one CPU thread (8 sequences of "
+       "24 tokens, 2 random head sets, 8 NIAH prompts at 1024 tokens). The full grids (32 sequences of 50 tokens, "
+       "10 random sets; NIAH at 1024-4096 tokens, 5 depths x 4 needles; copy suppression; retrieval-head masking) "
+       "are `make results-real`, and what they found is [docs/results-real.md](../docs/results-real.md)."),
+    params('MODELS = ("smollm2-135m", "gemma3-270m")',
+           "LENGTH, N_SEQS = 24, 8  # repeated random sequences: tokens per copy, sequences",
+           "DRAWS = 2  # layer-matched random head sets",
+           "COPY_TOKENS = 32  # token sample of the OV copying score (Gemma-3's 262k-token unembedding is the cost)",
+           "N_BOOT = 300",
+           'RETRIEVAL_MODEL = "smollm2-135m"',
+           'HAYSTACK = "sherlock-holmes"',
+           "LENGTHS = (1024,)", "DEPTHS = (0.25, 0.75)", "N_SEEDS = 4  # one standard needle per seed",
+           "THRESHOLD = 0.1"),
+    code("import json, math",
+         "import pandas as pd",
+         "import interp",
+         "from interp import figures",
+         "models = {name: interp.load_model(name) for name in MODELS}",
+         "def geometry(m):",
+         "    s = m.spec",
+         "    types = s.layer_types or ('full_attention',) * s.n_layers",
+         "    return {'model': m.name, 'layers': s.n_layers, 'heads': s.n_heads, 'kv_heads': s.n_kv_heads,",
+         "            'head_dim': s.head_dim, 'd_model': s.d_model, 'vocab': s.d_vocab,",
+         "            'rope_theta': {t: s.theta_of(types.index(t)) for t in sorted(set(types))},",
+         "            'sliding_window': s.sliding_window,",
+         "            'full_attention_layers': ([l for l, t in enumerate(types) if t == 'full_attention']",
+         "                                      if len(set(types)) > 1 else 'all')}",
+         "geo = {name: geometry(m) for name, m in models.items()}",
+         "pd.DataFrame(geo.values()).set_index('model')"),
+    md("Gemma-3 alternates two layer types: five sliding-window layers (512-token window, rope_theta 1e4), then one "
+       "full-attention layer (rope_theta 1e6); SmolLM2 has one type (full attention, theta 1e5) and 3 key-value "
+       "heads shared by 9 query heads."),
+    code("print(models['gemma3-270m'].spec.layer_types)"),
+    md("## Induction heads",
+       "[BOS] R R with R random tokens: the induction score (attention from the second copy to the token after "
+       "the same token in the first copy), OV copying, first- vs second-copy loss; then the induction heads "
+       "zero-ablated vs layer-matched random sets of as many heads, paired per sequence."),
+    code("# the induction heads of the full runs (docs/results-real.md: 32 sequences x 50 tokens, 10 random sets)",
+         'FULL_RUN = {"smollm2-135m": {"L18H6", "L17H3", "L17H4", "L18H7", "L23H2", "L20H6"},',
+         '            "gemma3-270m": {"L5H1", "L11H2", "L5H2"}}',
+         "ind = {}",
+         "for name, m in models.items():",
+         "    ind[name] = interp.detect_induction_heads(m, interp.InductionConfig(",
+         "        repeated=interp.RepeatedConfig(lengths=(LENGTH,), n_seqs=N_SEQS), draws=DRAWS, copy_tokens=COPY_TOKENS,",
+         "        n_boot=N_BOOT, n_perm=N_BOOT))",
+         "    loss = ind[name].losses[0]",
+         "    print(f\"{name}: induction heads {ind[name].induction_heads} (full run: {sorted(FULL_RUN[name])}); \"",
+         "          f\"previous-token heads {ind[name].prev_token_heads}\")",
+         "    print(f\"  first copy {loss['early_loss']:.2f} nats, second copy {loss['late_loss']:.2f} \"",
+         "          f\"(ICL score {loss['icl_score']:+.2f})\")",
+         "pd.DataFrame([{'model': n, 'head': r['head'], 'induction': round(r['induction'], 3),",
+         "               'copying': round(r['copying'], 3), 'prev_token': round(r['prev_token'], 3),",
+         "               'induction_head': r['head'] in ind[n].induction_heads}",
+         "              for n in MODELS for r in ind[n].ranked[:8]])"),
+    md("The causal check: the second-copy loss with the induction heads masked vs the random sets (which heads "
+       "each set masked: the `heads` column)."),
+    code("pd.concat([ind[n].causal_frame().query('metric == \"late_loss\"').assign(model=n)[",
+         "    ['model', 'condition', 'heads', 'mean', 'lo', 'hi', 'diff', 'p_value']] for n in MODELS])"),
+    code("for n in MODELS:",
+         "    figures.heads.induction_figures(ind[n].to_dict())['ablation_late_loss'].show()"),
+    md("## Retrieval heads (SmolLM2) and the induction heads",
+       "NIAH prompts of 1024 tokens from the book with one standard needle each (a natural-language fact); the "
+       "retrieval score of a head: how often, while the model decodes the answer, its top attention is on the "
+       "needle token it copies (Wu et al. 2024), averaged over the recalled prompts."),
+    code("m = models[RETRIEVAL_MODEL]",
+         "niah = interp.NiahConfig(context_lengths=LENGTHS, depths=DEPTHS, n_seeds=N_SEEDS, haystack_file=HAYSTACK,",
+         "                         needle_source='standard')",
+         "samples = interp.build_niah(m.tokenizer, niah)",
+         "det = interp.detect_retrieval_heads(m, interp.RetrievalConfig(niah=niah, threshold=THRESHOLD), samples=samples)",
+         "print(f'recall {det.baseline_recall:.2f} ({det.n_used} of {det.n_samples} prompts); '",
+         "      f'{len(det.heads)} retrieval heads (score > {THRESHOLD}): {det.heads}')",
+         "[(o['id'], o['recall'], o['continuation']) for o in det.outcomes]"),
+    code("# overlap: the induction heads vs the retrieval heads; chance: k random heads all among the R retrieval",
+         "# heads of N (hypergeometric)",
+         "induction = ind[RETRIEVAL_MODEL].induction_heads",
+         "k, R, N = len(induction), len(det.heads), m.spec.n_total_heads",
+         "top_retrieval = det.heads[:k]",
+         "common = sorted(set(induction) & set(det.heads))",
+         "p_chance = math.comb(R, k) / math.comb(N, k)  # P(k random heads all among the R retrieval heads)",
+         "print(f'induction heads among the {R} retrieval heads: {len(common)} of {k}; the {k} best retrieval heads '",
+         "      f'{top_retrieval}: {len(set(top_retrieval) & set(induction))} are induction heads; '",
+         "      f'{k} random heads of {N} all among the {R}: p = {p_chance:.1e}')",
+         "figures.heads.score_heatmap({'model': m.name, 'scores': {'retrieval': det.scores}}, 'retrieval',",
+         "                            'Retrieval score (● induction heads)', induction, zrange=(0, 1))"),
+    code("# both models copy a repeated sequence through a few induction heads: masking them raises the second-copy",
+         "# loss by several nats, masking layer-matched random heads barely moves it; the heads are (nearly) the",
+         "# full runs'. SmolLM2's retrieval heads include every induction head, the best of them first.",
+         "summary = {}",
+         "for n in MODELS:",
+         "    r, c = ind[n], ind[n].causal",
+         "    late = {x['name']: x['estimates']['late_loss']['mean'] for x in c['conditions']}",
+         "    rand = c['random_pooled']['estimates']['late_loss']['mean']",
+         "    tvr = next(t for t in c['target_vs_random'] if t['metric'] == 'late_loss')",
+         "    found, full = set(r.induction_heads), FULL_RUN[n]",
+         "    gap = r.losses[0]['early_loss'] - r.losses[0]['late_loss']",
+         "    assert gap > 3.0, f'{n}: the second copy should be far easier than the first: gap {gap:.2f} nats'",
+         "    assert len(found & full) >= len(full) - 1 and len(found) <= len(full) + 2, (n, sorted(found), sorted(full))",
+         "    up, up_random = late['target'] - late['baseline'], rand - late['baseline']",
+         "    assert up > 3.0 and up > 4 * max(up_random, 0.1), f'{n}: masked +{up:.2f} nats vs random +{up_random:.2f}'",
+         "    assert tvr['diff_lo'] > 0, tvr",
+         "    summary[n] = {'layers': geo[n]['layers'], 'heads': geo[n]['heads'], 'kv_heads': geo[n]['kv_heads'],",
+         "                  'full_attention_layers': geo[n]['full_attention_layers'], 'induction_heads': r.induction_heads,",
+         "                  'early_loss': round(r.losses[0]['early_loss'], 4), 'late_loss': round(late['baseline'], 4),",
+         "                  'late_loss_target': round(late['target'], 4), 'late_loss_random': round(rand, 4),",
+         "                  'target_vs_random_lo': round(tvr['diff_lo'], 4)}",
+         "assert geo['gemma3-270m']['full_attention_layers'] == [5, 11, 17]",
+         "assert all(int(h[1:h.index('H')]) in (5, 11, 17) for h in ind['gemma3-270m'].induction_heads)",
+         "assert det.baseline_recall >= 0.5, f'recall {det.baseline_recall:.2f}'",
+         "assert set(induction) <= set(det.heads), f'induction heads {induction} vs retrieval heads {det.heads}'",
+         "assert len(set(top_retrieval) & set(induction)) >= k - 1 and p_chance < 1e-4, (top_retrieval, p_chance)",
+         "summary['retrieval'] = {'model': RETRIEVAL_MODEL, 'recall': det.baseline_recall, 'n_heads': R,",
+         "                        'top_heads': det.heads[:8],",
+         "                        'top_scores': [round(det.scores[x.layer][x.head], 4)",
+         "                                       for x in map(interp.HeadId.parse, det.heads[:8])],",
+         "                        'induction_in_top_k': len(set(top_retrieval) & set(induction)),",
+         "                        'p_chance': float(f'{p_chance:.3g}')}",
+         "print(json.dumps(summary))"),
+]
+
 NOTEBOOKS = {
     "01_quickstart": QUICKSTART,
     "02_retrieval_heads": RETRIEVAL,
@@ -439,6 +566,7 @@ NOTEBOOKS = {
     "05_rope_zeroing": ROPE_ZERO,
     "06_induction_copy_suppression": INDUCTION,
     "07_probes_activation_store": PROBES,
+    "08_real_models": REAL,
     "09_theta_sweep": THETA,
 }
 

@@ -169,6 +169,10 @@ class RetrievalResult:
     # best first), per_layer}; and the Jaccard index of every two lengths' head sets (how stable the set is)
     by_length: list[dict] = field(default_factory=list)
     jaccard_by_length: list[dict] = field(default_factory=list)
+    # per (length, depth) cell: {length, depth, n_samples, n_used, recall, distance (mean tokens from the needle's
+    # end to the prompt's end: how far back the first answer token's query must reach), scores [layer][head]
+    # (mean over the cell's used samples)}: where a head retrieves, e.g. inside or beyond a sliding window
+    by_cell: list[dict] = field(default_factory=list)
 
     def head_ids(self):
         from interp.sites import as_heads
@@ -231,6 +235,7 @@ def detect_retrieval_heads(model, config: RetrievalConfig | None = None, samples
     jaccard = [{"lengths": [a["length"], b["length"]], "jaccard": _jaccard(a["heads"], b["heads"])}
                for i, a in enumerate(by_length) for b in by_length[i + 1:]]
     return RetrievalResult(
+        by_cell=_by_cell(samples, scores, ok, use),
         model=model.name,
         scores=mean.round(6).tolist(),
         streaming=smean.round(6).tolist(),
@@ -249,6 +254,22 @@ def detect_retrieval_heads(model, config: RetrievalConfig | None = None, samples
         by_length=by_length if len(by_length) > 1 else [],
         jaccard_by_length=jaccard,
     )
+
+
+def _by_cell(samples, scores: np.ndarray, ok: np.ndarray, use: np.ndarray) -> list[dict]:
+    """Head scores per (context length, depth) cell of the NIAH grid, with the cell's needle distance."""
+    cells = {}
+    for i, smp in enumerate(samples):
+        cells.setdefault((smp.context_length, smp.depth), []).append(i)
+    out = []
+    for (n_ctx, depth), idx in sorted(cells.items()):
+        idx = np.array(idx)
+        u = idx[use[idx]]
+        dist = [len(samples[i].input_ids) - samples[i].needle_span[1] for i in idx]
+        out.append({"length": int(n_ctx), "depth": float(depth), "n_samples": int(idx.size), "n_used": int(u.size),
+                    "recall": float(ok[idx].mean()), "distance": float(np.mean(dist)),
+                    "scores": (scores[u].mean(0) if u.size else np.zeros(scores.shape[1:])).round(6).tolist()})
+    return out
 
 
 def _above(mean: np.ndarray, threshold: float) -> list[tuple]:

@@ -114,3 +114,20 @@ def test_heads_by_length_equal_a_detection_at_that_length_alone(bundled, one_thr
         assert b["per_layer"] == alone.per_layer and alone.by_length == []  # one length: no breakdown
     a, c = set(res.by_length[0]["heads"]), set(res.by_length[1]["heads"])
     assert res.jaccard_by_length == [{"lengths": [256, 512], "jaccard": len(a & c) / len(a | c)}] and a
+
+
+def test_scores_by_cell_average_to_the_overall_scores_and_record_the_needle_distance(bundled, one_thread):
+    """Each (length, depth) cell's head scores are the mean over its used prompts: the used-count-weighted mean
+    of the cells is the overall score; a deeper needle (later in the haystack) lies closer to the question."""
+    model = bundled("tiny-llama")
+    niah = NiahConfig(context_lengths=(256,), depths=(0.0, 0.5, 1.0), n_seeds=2)
+    res = detect_retrieval_heads(model, RetrievalConfig(niah=niah, threshold=0.05))
+    cells = res.by_cell
+    assert [(c["length"], c["depth"]) for c in cells] == [(256, 0.0), (256, 0.5), (256, 1.0)]
+    assert all(c["n_samples"] == 2 for c in cells)
+    used = sum(c["n_used"] for c in cells)
+    assert used == res.n_used > 0
+    pooled = sum(np.array(c["scores"]) * c["n_used"] for c in cells) / used
+    assert np.allclose(pooled, res.scores, atol=1e-5)
+    d = [c["distance"] for c in cells]
+    assert d[0] > d[1] > d[2] > 0
