@@ -100,6 +100,9 @@ REAL_MODELS := smollm2-135m gemma3-270m
 RR = runs/results-real/$*
 RI := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $(I)
 REAL_NIAH := --haystack sherlock-holmes --depths 0,0.25,0.5,0.75,1 --n-seeds 4
+# RoPE zeroing doses in rotary pairs, up to every pair (head_dim 64: 32 pairs; Gemma-3's 256: 128)
+RZ_PAIRS_smollm2-135m := 0,4,8,16,32
+RZ_PAIRS_gemma3-270m := 0,16,32,64,128
 
 results-real: $(addprefix results-real-,$(REAL_MODELS))
 
@@ -109,6 +112,10 @@ results-real-%: setup models
 	$(RI) detect retrieval --model $* $(REAL_NIAH) --lengths 1024,2048,4096 --overwrite --out $(RR)/retrieval
 	$(RI) ablate --model $* --heads retrieval --from $(RR)/retrieval $(REAL_NIAH) --lengths 1024,2048 --draws 5 \
 		--overwrite --out $(RR)/ablate
+	$(RI) rope-profile --model $* --heads retrieval --from $(RR)/retrieval --haystack sherlock-holmes --n-texts 16 \
+		--n-tokens 512 --overwrite --out $(RR)/rope-profile
+	$(RI) rope-zero --model $* --heads retrieval --from $(RR)/retrieval $(REAL_NIAH) --lengths 1024 --unit pairs \
+		--dims $(RZ_PAIRS_$*) --random-draws 3 --head-draws 2 --overwrite --out $(RR)/rope-zero
 
 # Finding (ii) as a controlled experiment (docs/results.md#retrieval-heads-vs-rope_theta): tiny-llama variants
 # that differ only in rope_theta (1e3, 1e4, 5e5) and training seed (2, 3); builds the missing ones (about 40 min
