@@ -30,19 +30,28 @@ from interp.sites import Site
 EMBEDDINGS = ("layer0", "embed")
 
 
+_FINAL = object()
+
+
 class FinalNormLinear:
-    """The final norm as a linear map with a frozen scale: N(x) = L(x) / s(x) (+ bias).
+    """The final norm (or another norm `module` of the model) as a linear map with a frozen scale:
+    N(x) = L(x) / s(x) (+ bias).
 
     Works for LayerNorm and RMSNorm variants (incl. Gemma's 1 + w gain) by evaluating the module
     itself: L(o) = (N(lam o) - N(0)) s(lam o) / lam at a large lam (eps negligible); whether the
     norm centers is read off N(ones) == N(0).
     """
 
-    def __init__(self, model):
-        self.norm = model.adapter.final_norm()
+    def __init__(self, model, module=_FINAL):
+        self.norm = model.adapter.final_norm() if module is _FINAL else module
         self.centers = False
+        self.eps = 0.0
         if self.norm is None:
             return
+        for name in ("eps", "variance_epsilon", "epsilon"):  # LayerNorm / Gemma, Llama-style, others
+            if isinstance(getattr(self.norm, name, None), (int, float)):
+                self.eps = float(getattr(self.norm, name))
+                break
         p = next(model.hf.parameters())
         self.dtype, d = p.dtype, model.spec.d_model
         with torch.no_grad():
@@ -55,8 +64,8 @@ class FinalNormLinear:
         return x - x.mean(-1, keepdim=True) if self.centers else x
 
     def scale(self, x: torch.Tensor) -> torch.Tensor:
-        """s(x): the norm's divisor for residual vectors x [..., d] (without eps)."""
-        return self._p(x.float()).pow(2).mean(-1).sqrt()
+        """s(x): the norm's divisor for residual vectors x [..., d] (with the module's eps)."""
+        return (self._p(x.float()).pow(2).mean(-1) + self.eps).sqrt()
 
     @torch.no_grad()
     def linear(self, o: torch.Tensor) -> torch.Tensor:
@@ -68,6 +77,23 @@ class FinalNormLinear:
         big = o * lam[..., None]
         y = self.norm(big.to(self.dtype)).float() - self.zero
         return y * (self.scale(big) / lam)[..., None]
+
+
+def post_attn_norms(model) -> list[FinalNormLinear | None]:
+    """Each layer's post-attention norm (Gemma-2/3, OLMo-2: the attention output is normalised before it is added
+    to the residual stream) as a linear map with a frozen scale; None for every layer of an architecture that adds
+    the attention output as it is. With the scale s(a) of the whole attention output a = sum_h W_O^h z_h frozen,
+    head h's share of the sublayer's output is L(W_O^h z_h) / s(a): the shares add up to the norm's output
+    exactly (RMSNorm: N(0) = 0), so a head's direct effect is defined at that point, as the final norm's frozen
+    scale defines it after the residual stream (the linearisation of Elhage et al. 2021 / TransformerLens)."""
+    if model.adapter.attn_out_norm_attr is None:
+        return [None] * model.spec.n_layers
+    return [FinalNormLinear(model, model.adapter.attn_out_module(l)) for l in range(model.spec.n_layers)]
+
+
+def through(norm: FinalNormLinear | None, o: torch.Tensor) -> torch.Tensor:
+    """L(o) of a (post-attention) norm, o itself where there is none."""
+    return o.float() if norm is None else norm.linear(o)
 
 
 def centered_unembed(model) -> torch.Tensor:
@@ -201,13 +227,15 @@ def eig_copying(u: torch.Tensor, v: torch.Tensor, scale: float = 0.0) -> float:
 def ov_scores(model, tokens: torch.Tensor, embedding: str = "layer0", k: int = 10, layers=None,
               batch_size: int = 512) -> dict[str, list[list[float]]]:
     """Per head [layer][head]: `copy_top_k` (fraction of `tokens` whose own logit is among the k
-    highest of the head's OV output on that token), `suppress_top_k` (among the k lowest),
+    highest of the head's OV output on that token, read through the linear parts of the post-attention norm
+    where there is one and of the final norm), `suppress_top_k` (among the k lowest),
     `copying` (eigenvalue score of the tokens x tokens OV block, in [-1, 1]) and `self_logit_z`
     (mean z-score of a token's own logit within its OV column)."""
     spec = model.spec
     layers = list(range(spec.n_layers)) if layers is None else list(layers)
     tokens = tokens.to(model.device)
     norm = FinalNormLinear(model)
+    post = post_attn_norms(model)  # the post-attention norm's linear part, where the architecture has one
     wu = centered_unembed(model)  # uniform shifts of every logit are not copying
     row_norm = wu.norm(dim=1).pow(2).mean().sqrt()
     raw = embed_weight(model)[tokens].float()
@@ -223,7 +251,8 @@ def ov_scores(model, tokens: torch.Tensor, embedding: str = "layer0", k: int = 1
             top = low = z = 0.0
             for start in range(0, tokens.numel(), batch_size):
                 t = tokens[start:start + batch_size]
-                lo = norm.linear(head_ov_outputs(model, l, x[start:start + batch_size], heads=[h])[:, 0])
+                ov = head_ov_outputs(model, l, x[start:start + batch_size], heads=[h])[:, 0]
+                lo = norm.linear(through(post[l], ov))
                 logits = lo @ wu.t()  # [n, V]
                 sd = logits.std(1)
                 flat = sd <= 1e-5 * lo.norm(dim=1) * row_norm  # the head writes nothing W_U can read
@@ -235,7 +264,7 @@ def ov_scores(model, tokens: torch.Tensor, embedding: str = "layer0", k: int = 1
             n = tokens.numel()
             res["copy_top_k"][l][h], res["suppress_top_k"][l][h], res["self_logit_z"][l][h] = top / n, low / n, z / n
             # eigen score of the tokens x tokens block: logits[:, tokens] = (W_U[tokens] L(W_O^h)) v_h(x)
-            lw = norm.linear(wo[:, h].t()).t()  # [d, hd]
+            lw = norm.linear(through(post[l], wo[:, h].t())).t()  # [d, hd]
             v = head_values(model, l, h, x)
             u = wu[tokens] @ lw  # [n, hd]
             scale = (wu[tokens].norm() * lw.norm() * v.norm()).item()

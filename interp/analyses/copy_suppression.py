@@ -24,8 +24,12 @@ Per query head:
     sign of the head's effect).
 The per-head maps of (b) and (c) pool all qualifying positions of all texts; the CIs of the
 candidates are bootstrap CIs over per-text means (positions of one text are not independent).
-Direct effects need the attention output to be added to the residual stream as it is; models
-that normalise it first (post-attention norms: OLMo-2, Gemma-2, Gemma-3) are refused for (c) and (d).
+Where the attention output is normalised before it is added to the residual stream (post-attention norms:
+OLMo-2, Gemma-2, Gemma-3) a head's output is read through that norm's linear part with the scale of the whole
+attention output frozen from the clean run, L(W_O^h z_h) / s(sum_h' W_O^h' z_h'), exactly as the final norm is
+(circuits.post_attn_norms: the heads' shares add up to the norm's output); the OV scores of (a) read through
+the same linear part. Any other architecture whose residual stream is not resid_pre + attn_out + mlp_out is
+refused.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ from interp.hooks.interventions import ABLATION_MODES, AblateHeads, Intervention
 from interp.hooks.rows import compute_rows
 from interp.tasks.repeated import resolve_source, token_pool
 from interp.sites import HeadId, Site, SiteKind, as_heads
-from interp.analyses.circuits import FinalNormLinear, centered_unembed, ov_scores, qk_self_match, token_sample
+from interp.analyses.circuits import (FinalNormLinear, centered_unembed, ov_scores, post_attn_norms, qk_self_match,
+                                     through, token_sample)
 
 
 @dataclass
@@ -155,14 +160,8 @@ def _logit_lens(model):
 
 
 def _check_additive(model, ids: torch.Tensor) -> None:
-    """Refuse direct effects where the attention output is not added to the residual stream as is: a norm on the
-    attention output (the adapter names it) mixes the heads before the add, and any other architecture whose
-    residual stream is not resid_pre + attn_out + mlp_out."""
-    if model.adapter.attn_out_norm_attr is not None:
-        raise UnsupportedModelError(
-            f"{model.spec.architecture}: the attention output goes through a norm ({model.adapter.attn_out_norm_attr}, "
-            "a post-attention norm) before it is added to the residual stream, so a head's direct logit effect "
-            "(W_O of that head alone) is not defined here; copy-suppression analysis is refused")
+    """Refuse direct effects where the residual stream is not resid_pre + attn_out + mlp_out (attn_out and mlp_out
+    are the sublayers' contributions, after a post-norm where the architecture has one)."""
     sites = [Site(0, k) for k in (SiteKind.RESID_PRE, SiteKind.ATTN_OUT, SiteKind.MLP_OUT, SiteKind.RESID_POST)]
     cap = Capture(sites)
     try:
@@ -321,6 +320,7 @@ def _scan_texts(model, ids, cands, config, means, progress) -> dict:
     if final_norm is None:
         final_norm = torch.nn.Identity()
     wo = [model.adapter.o_weight(l).detach().float().view(spec.d_model, H, spec.head_dim) for l in range(L)]
+    post = post_attn_norms(model)
     last = Site(L - 1, "resid_post")
     acc = {name: _Acc(n, L, H) for name in ("qk_mass", "qk_chance", "dla")}
     abl = {h: {name: _Acc(n, L, H) for name in ("delta_prob", "direct", "total", "self_repair")} for h in cands}
@@ -334,6 +334,7 @@ def _scan_texts(model, ids, cands, config, means, progress) -> dict:
             logits = model.forward(x)
         xf = cap[last].float()
         sf = norm.scale(xf)  # [b, s]
+        sa = [_attn_scale(post[l], cap[Site(l, "head_out")], wo[l], model.adapter.o_proj(l).bias) for l in range(L)]
         for l in range(L):
             mass, chance, cnt = rec.qk[l]
             acc["qk_mass"].sum[rows, l] += mass.cpu().numpy()
@@ -345,22 +346,38 @@ def _scan_texts(model, ids, cands, config, means, progress) -> dict:
             sel = w >= config.min_attention
             sel[..., 0] = False
             z = cap[Site(l, "head_out")].float()  # [b, s, H, hd]
-            dla = torch.stack([_direct(norm, wuc, wo[l][:, h], z[:, :, h], att_tok[:, h], sf) for h in range(H)], 1)
+            dla = torch.stack([_direct(norm, wuc, wo[l][:, h], z[:, :, h], att_tok[:, h], sf, post[l], sa[l])
+                               for h in range(H)], 1)
             acc["dla"].add(rows, l, dla, sel)
         if cands:
-            _ablate(model, x, rows, cands, config, means, logits, xf, sf, cap, rec, norm, wuc, wo, final_norm, abl)
+            _ablate(model, x, rows, cands, config, means, logits, xf, sf, cap, rec, norm, wuc, wo, final_norm, abl,
+                    post, sa)
         if progress:
             progress(x.shape[0])
     return {**acc, "ablation": abl}
 
 
-def _direct(norm, wuc, wo_h, z_h, tokens, sf) -> torch.Tensor:
-    """Direct effect of head output z_h [b, s, hd] on the centred logits of `tokens` [b, s]: [b, s]."""
-    c = norm.linear(z_h @ wo_h.t())  # [b, s, d]
+def _attn_scale(post, z: torch.Tensor, wo: torch.Tensor, bias) -> torch.Tensor | None:
+    """The post-attention norm's scale of the whole attention output sum_h W_O^h z_h (+ b_O) [b, s] (clean run),
+    None without a post-attention norm."""
+    if post is None:
+        return None
+    a = torch.einsum("bshd,mhd->bsm", z.float(), wo)
+    return post.scale(a + bias.float() if bias is not None else a)
+
+
+def _direct(norm, wuc, wo_h, z_h, tokens, sf, post=None, sa=None) -> torch.Tensor:
+    """Direct effect of head output z_h [b, s, hd] on the centred logits of `tokens` [b, s]: [b, s]; through the
+    post-attention norm (`post`, its frozen scale `sa` [b, s]) where the architecture has one."""
+    o = z_h @ wo_h.t()
+    if post is not None:
+        o = through(post, o) / sa.clamp(min=1e-30)[..., None]
+    c = norm.linear(o)  # [b, s, d]
     return (c * wuc[tokens]).sum(-1) / sf.clamp(min=1e-30)
 
 
-def _ablate(model, x, rows, cands, config, means, logits, xf, sf, cap, rec, norm, wuc, wo, final_norm, abl):
+def _ablate(model, x, rows, cands, config, means, logits, xf, sf, cap, rec, norm, wuc, wo, final_norm, abl,
+            post, sa):
     L = model.spec.n_layers
     last = Site(L - 1, "resid_post")
     p_clean = torch.softmax(logits.float(), -1)
@@ -378,7 +395,7 @@ def _ablate(model, x, rows, cands, config, means, logits, xf, sf, cap, rec, norm
         dp = (p_abl.gather(-1, tok[..., None]) - p_clean.gather(-1, tok[..., None]))[..., 0]
         total = ((r_clean - r_abl) * wuc[tok]).sum(-1)
         dz = cap[Site(h.layer, "head_out")][:, :, h.head].float() - cap2[Site(h.layer, "head_out")][:, :, h.head].float()
-        direct = _direct(norm, wuc, wo[h.layer][:, h.head], dz, tok, sf)
+        direct = _direct(norm, wuc, wo[h.layer][:, h.head], dz, tok, sf, post[h.layer], sa[h.layer])
         for name, val in (("delta_prob", dp), ("direct", direct), ("total", total), ("self_repair", direct - total)):
             abl[h][name].add(rows, h.layer, val[:, None].expand(-1, model.spec.n_heads, -1),
                              _one_head(sel, h.head, model.spec.n_heads))

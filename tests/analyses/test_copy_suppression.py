@@ -102,11 +102,45 @@ def test_mean_ablation_needs_reference_text():
         CopySuppressionConfig(mode="bogus")
 
 
-def test_post_attention_norm_models_are_refused():
-    model = interp.Model(tiny_random_hf("olmo2"))
-    ids = torch.randint(3, 96, (2, 12), generator=torch.Generator().manual_seed(0))
-    with pytest.raises(UnsupportedModelError, match="post-attention norm"):
-        detect_copy_suppression(model, CopySuppressionConfig(n_boot=100), ids=ids)
+@pytest.mark.parametrize("family", ["gemma3", "olmo2"])
+@torch.no_grad()
+def test_heads_direct_effects_through_a_post_attention_norm_add_up_to_the_sublayers(family):
+    """With a post-attention norm, head h's share L(W_O^h z_h) / s(attention output) (scale frozen from the run)
+    summed over heads is the sublayer's output as the model computes it, and the heads' direct logit effects sum
+    to the direct effect of every attention sublayer's captured output; copy-suppression then runs end to end."""
+    from interp.analyses.circuits import FinalNormLinear, centered_unembed, post_attn_norms
+    from interp.analyses.copy_suppression import _attn_scale, _direct
+    from interp.hooks.capture import Capture
+    from interp.sites import Site
+
+    model = interp.Model(tiny_random_hf(family))
+    gen = torch.Generator().manual_seed(1)
+    for l in range(model.spec.n_layers):  # gains far from 1, so a norm left out would show
+        w = model.adapter.attn_out_module(l).weight
+        w.copy_(torch.randn(w.shape, generator=gen))
+    spec, L, H = model.spec, model.spec.n_layers, model.spec.n_heads
+    ids = torch.randint(3, 96, (2, 12), generator=gen)
+    sites = [Site(l, k) for l in range(L) for k in ("head_out", "attn_out")] + [Site(L - 1, "resid_post")]
+    cap = Capture(sites)
+    with model.intervene(cap):
+        model.forward(ids)
+    post, norm, wuc = post_attn_norms(model), FinalNormLinear(model), centered_unembed(model)
+    assert all(p is not None for p in post)
+    sf = norm.scale(cap[Site(L - 1, "resid_post")].float())
+    tok = torch.randint(0, wuc.shape[0], ids.shape, generator=gen)
+    heads_sum = torch.zeros(ids.shape)
+    sublayers = torch.zeros(ids.shape)
+    for l in range(L):
+        wo = model.adapter.o_weight(l).float().view(spec.d_model, H, spec.head_dim)
+        z = cap[Site(l, "head_out")]
+        sa = _attn_scale(post[l], z, wo, model.adapter.o_proj(l).bias)
+        shares = sum(post[l].linear(z[:, :, h].float() @ wo[:, h].t()) for h in range(H)) / sa[..., None]
+        torch.testing.assert_close(shares, cap[Site(l, "attn_out")].float(), atol=1e-4, rtol=1e-4)
+        heads_sum += sum(_direct(norm, wuc, wo[:, h], z[:, :, h].float(), tok, sf, post[l], sa) for h in range(H))
+        sublayers += (norm.linear(cap[Site(l, "attn_out")].float()) * wuc[tok]).sum(-1) / sf
+    torch.testing.assert_close(heads_sum, sublayers, atol=1e-3, rtol=1e-3)
+    d = detect_copy_suppression(model, CopySuppressionConfig(n_boot=100, n_candidates=2, k=3), ids=ids).to_dict()
+    assert len(d["candidates"]) == 2 and all(c["ablation"]["direct"] is not None for c in d["candidates"])
 
 
 def test_no_tokenizer_needs_ids():
