@@ -14,6 +14,7 @@ dequantises it; later runs read the cached safetensors copy. `make test-fast` le
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -70,7 +71,11 @@ def test_logits_and_tokens_equal_transformers_own_gguf_load(alias):
     assert got.shape == want.shape and (got - want).abs().max().item() == 0.0
     rec = json.loads((fetched_path(alias) / "interp-source.json").read_text())
     assert rec["sha256"] == FETCHABLE[alias].sha256
-    assert any(t.startswith("Q4") for t in rec["quant_types"]) and rec["converted_by"]["transformers"] == tf.__version__
+    assert any(t.startswith("Q4") for t in rec["quant_types"])
+    # the record names the transformers that dequantised it; the cache is keyed on the GGUF's sha256, so a copy made
+    # by an older transformers is reused, and the exact logits equality above (against the installed version's own
+    # GGUF load) is what shows it still right
+    assert re.fullmatch(r"\d+\.\d+(\.\d+)?\S*", rec["converted_by"]["transformers"])
 
 
 @pytest.mark.parametrize("alias", ALIASES)
