@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.interp-installed
 
-.PHONY: setup demo models test test-fast bench results results-real results-ioi-path results-theta clean
+.PHONY: setup demo models test test-fast bench results results-real results-ioi-path results-real-ioi results-theta clean
 
 setup: $(STAMP)
 
@@ -104,7 +104,7 @@ REAL_NIAH := --haystack sherlock-holmes --depths 0,0.25,0.5,0.75,1 --n-seeds 4
 RZ_PAIRS_smollm2-135m := 0,4,8,16,32
 RZ_PAIRS_gemma3-270m := 0,16,32,64,128
 
-results-real: $(addprefix results-real-,$(REAL_MODELS))
+results-real: $(addprefix results-real-,$(REAL_MODELS)) results-real-ioi
 
 results-real-%: setup models
 	$(RI) detect induction --model $* --draws 10 --overwrite --out $(RR)/induction
@@ -116,6 +116,26 @@ results-real-%: setup models
 		--n-tokens 512 --overwrite --out $(RR)/rope-profile
 	$(RI) rope-zero --model $* --heads retrieval --from $(RR)/retrieval $(REAL_NIAH) --lengths 1024 --unit pairs \
 		--dims $(RZ_PAIRS_$*) --random-draws 3 --head-draws 2 --overwrite --out $(RR)/rope-zero
+
+# IOI on SmolLM2 (docs/results-real.md#ioi-wang-et-al-2022): 64 held-out pairs per corruption (both names
+# replaced, Wang et al.'s ABC, the repeated name only); exact patching of resid_pre and head_out and AtP-QK of the
+# same grids; path patching on ABC: every head's direct effect on the logits, then what reaches the S2-attending
+# head L23H3 (query, key, value) and the four IO-attending layer-23 heads (query). Summary: bench/ioi_summary.py.
+IOI_REAL = $(RI) patch --model smollm2-135m --task ioi --n-pairs 64 --overwrite
+IR = runs/results-real/smollm2-135m
+SENDERS_23 = $(shell python3 -c "print(','.join(f'L{i}H*' for i in range(23)))")
+results-real-ioi: setup models
+	for c in both abc s2; do $(IOI_REAL) --corrupt $$c --site resid_pre,head_out --out $(IR)/ioi-$$c || exit 1; \
+		$(IOI_REAL) --corrupt $$c --site resid_pre --positions=-1 --out $(IR)/ioi-last-$$c || exit 1; done
+	for c in both abc; do $(IOI_REAL) --corrupt $$c --site head_out,resid_pre --method atp-qk --verify-top 20 \
+		--verify-sample 20 --out $(IR)/ioi-$$c-atp || exit 1; done
+	$(IOI_REAL) --corrupt abc --method path --senders "$(shell python3 -c "print(','.join(f'L{i}H*' for i in range(30)))")" \
+		--via logits --out $(IR)/ioi-abc-path-logits
+	for v in q k v; do $(IOI_REAL) --corrupt abc --method path --senders "$(SENDERS_23)" --receivers L23H3 --via $$v \
+		--out $(IR)/ioi-abc-path-l23h3-$$v || exit 1; done
+	$(IOI_REAL) --corrupt abc --method path --senders "$(SENDERS_23)" --receivers L23H0,L23H1,L23H2,L23H7 --via q \
+		--out $(IR)/ioi-abc-path-movers-q
+	$(PY) bench/ioi_summary.py --root $(IR)
 
 # Finding (ii) as a controlled experiment (docs/results.md#retrieval-heads-vs-rope_theta): tiny-llama variants
 # that differ only in rope_theta (1e3, 1e4, 5e5) and training seed (2, 3); builds the missing ones (about 40 min

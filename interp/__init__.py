@@ -59,6 +59,7 @@ _EXPORTS = {
     "run_attribution": "patching",
     "niah_pairs": "patching",
     "ioi_pairs": "patching",
+    "ioi_scores": "patching",
     "repeated_pairs": "patching",
     "read_pairs": "patching",
     # activation store and probes

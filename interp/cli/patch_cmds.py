@@ -21,13 +21,26 @@ PATCH_MAX_MEMORY = typer.Option(None, "--max-memory", help="Memory per device wi
                                 "0=20GiB,1=20GiB,cpu=60GiB: accelerate's placement limits.")
 
 
-def _pairs(m, pairs_file, task, lengths, depths, seeds, copy_length, seed, n_pairs=32):
+def _check_corrupt(corrupt, task) -> None:
+    """--corrupt: ioi only, one of the IOI corruptions (checked before the model loads)."""
+    from interp.patching.pairs import IOI_CORRUPTIONS
+
+    if corrupt is None:
+        return
+    if task != "ioi":
+        raise InvalidInputError("--corrupt applies to --task ioi only")
+    if corrupt not in IOI_CORRUPTIONS:
+        raise InvalidInputError(f"--corrupt {corrupt!r}: valid are {', '.join(IOI_CORRUPTIONS)}")
+
+
+def _pairs(m, pairs_file, task, lengths, depths, seeds, copy_length, seed, n_pairs=32, corrupt=None):
     from interp.patching import ioi_pairs, niah_pairs, read_pairs, repeated_pairs
     from interp.cli.options import niah_config
     from interp.tasks.niah import niah_for_model
 
     if pairs_file is not None and task is not None:
         raise InvalidInputError("give --pairs FILE or --task, not both")
+    _check_corrupt(corrupt, task)
     if pairs_file is not None:
         return read_pairs(pairs_file, m.tokenizer)
     task = task or "niah"
@@ -40,8 +53,8 @@ def _pairs(m, pairs_file, task, lengths, depths, seeds, copy_length, seed, n_pai
         niah = niah_for_model(m, niah_config(lengths, depths, seeds, None, "corpus", "\\n", None), decode=False)
         return niah_pairs(m.tokenizer, niah, seed)
     if task == "ioi":
-        # held-out names x held-out templates of interp.corpus.ioi; both names replaced in the corrupt prompt
-        return ioi_pairs(m.tokenizer, n=n_pairs, seed=seed)
+        # held-out names x held-out templates of interp.corpus.ioi; the corrupt prompt per --corrupt
+        return ioi_pairs(m.tokenizer, n=n_pairs, seed=seed, corrupt=corrupt or "both")
     return repeated_pairs(m, length=copy_length, n=seeds, seed=seed)
 
 
@@ -51,8 +64,8 @@ def patch(model: Optional[str] = MODEL,
                                               "tokenise to the same length."),
           task: Optional[str] = typer.Option(None, "--task", help="Built-in pairs instead of --pairs: niah (needle "
                                              "value replaced; the default) | repeated (first copy corrupted at one "
-                                             "position: induction) | ioi (indirect object identification: both "
-                                             "names replaced by two others; held-out names and templates)."),
+                                             "position: induction) | ioi (indirect object identification, "
+                                             "held-out names and templates; the corrupt prompt per --corrupt)."),
           site: str = typer.Option("resid_pre", "--site", help="Comma-separated: resid_pre, resid_post, attn_out, "
                                    "mlp_out (layer x position); head_out (layer x head, all positions); "
                                    "head_out_by_pos (layer x position x head); q (query heads); k, v (key-value "
@@ -77,6 +90,13 @@ def patch(model: Optional[str] = MODEL,
                                     "repeated: sequences."),
           copy_length: int = typer.Option(20, "--copy-length", min=2, help="repeated: tokens per copy."),
           n_pairs: int = typer.Option(32, "--n-pairs", min=1, help="ioi: clean/corrupt pairs."),
+          corrupt: Optional[str] = typer.Option(None, "--corrupt", help="ioi: what the corrupt prompt changes "
+                                                "(same template, order and fill): both (the default: both names "
+                                                "replaced by two others; metric logit(IO) - logit(the corrupt IO)) "
+                                                "| abc (Wang et al.'s ABC: the IO, S and repeated-S mentions "
+                                                "replaced by three distinct other names; metric IO - S) | s2 (only "
+                                                "the repeated S mention replaced by another name; metric IO - S). "
+                                                "Writes ioi.json: IO - S and accuracy with CIs, clean and corrupt."),
           seed: int = typer.Option(0, "--seed", help="Seed of the built-in pairs and the bootstrap."),
           n_boot: int = typer.Option(1000, "--n-boot", min=1, help="Bootstrap resamples (over pairs) per cell."),
           method: str = typer.Option("exact", "--method", help="exact (one patched row per cell) | atp (attribution "
@@ -109,9 +129,10 @@ def patch(model: Optional[str] = MODEL,
                                 "--max-memory applies with --device-map only")
     if method == "path":
         return _path(model, device, model_dtype, revision, device_map, max_memory, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders,
-                     receivers, via, out, overwrite, as_json, n_pairs)
+                     receivers, via, out, overwrite, as_json, n_pairs, corrupt)
+    _check_corrupt(corrupt, task)
     o, m = open_run("patch", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
-    ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed, n_pairs)
+    ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed, n_pairs, corrupt)
     from interp.patching.run import planned_rows
 
     total, what = (planned_rows(m, ps, cfg), "patching rows") if method == "exact" else (len(cfg.sites), f"{method} sites")
@@ -129,12 +150,13 @@ def patch(model: Optional[str] = MODEL,
         for p in ps:
             f.write(dumps({"source": p.source, "clean_ids": p.clean, "corrupt_ids": p.corrupt, "answer": p.answer,
                                 "wrong": p.wrong, "anchor": p.anchor, "info": p.info}) + "\n")
+    ioi = _ioi_scores(m, ps, o, task, n_boot, seed)
     if not (as_json or csv):
-        _print(d, o)
+        _print(d, o, ioi)
 
 
 def _path(model, device, model_dtype, revision, device_map, max_memory, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders, receivers, via,
-          out, overwrite, as_json, n_pairs=32) -> None:
+          out, overwrite, as_json, n_pairs=32, corrupt=None) -> None:
     from interp.patching.path import VIAS, run_path_patching
     from interp.sites import as_heads
 
@@ -142,32 +164,80 @@ def _path(model, device, model_dtype, revision, device_map, max_memory, pairs, t
         raise InvalidInputError(f"--via {via!r}: valid are {', '.join(VIAS)}")
     if not senders:
         raise InvalidInputError("--method path needs --senders, e.g. --senders L0H0")
+    _check_corrupt(corrupt, task)
     o, m = open_run("patch", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     snd, rcv = (as_heads(h or "", n_heads=m.spec.n_heads) for h in (senders, receivers))
-    ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed, n_pairs)
+    ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed, n_pairs, corrupt)
     res = run_path_patching(m, ps, snd, rcv, via=via, config=cfg)
     write_result(res, o, "path_patching", as_json)
+    ioi = _ioi_scores(m, ps, o, task, cfg.n_boot, seed)
     if as_json:
         return
     from interp.cli.output import console
 
     c = console()
+    if ioi is not None:
+        _print_ioi(c, ioi)
     target = f"via {via} of {', '.join(res.receivers)}" if via != "logits" else "directly on the logits"
     c.print(f"[bold]{res.model}[/]: path patching ({res.direction}) of {', '.join(res.senders)} {target}; "
             f"{'normalised ' if res.normalized else ''}{res.metric}, {len(ps)} pairs")
+    import numpy as np
+
+    from interp.patching.run import unstable_gaps
+
+    shaky = unstable_gaps(res.donor_value, res.base_value) if res.normalized else []
+    gap = np.asarray(res.donor_value) - np.asarray(res.base_value)
+    if shaky:
+        c.print(f"  [yellow]warning[/]: {len(shaky)} of {len(ps)} pairs have a donor - base gap below a quarter of the "
+                "mean gap or of the other sign, so per-pair means can be dominated by them: the ratio of means (sum "
+                "of patched - base over sum of gaps) follows each", highlight=False)
     for name, e in res.effects.items():
         ci = "" if e["lo"] is None else f" [{e['lo']:+.3f}, {e['hi']:+.3f}]"
-        c.print(f"  {name}: {e['mean']:+.3f}{ci}")
+        pp = np.asarray(e["per_pair"], dtype=float)
+        ok = np.isfinite(pp)
+        pool = f"; ratio of means {(pp[ok] * gap[ok]).sum() / gap[ok].sum():+.3f}" if shaky and ok.any() else ""
+        c.print(f"  {name}: {e['mean']:+.3f}{ci}{pool}")
     if res.receiver_inputs:
         c.print(f"  patched in pass 2: {'; '.join(res.receiver_inputs)}")
     c.print(f"written to {final_path(o)}/")
 
 
-def _print(d: dict, out) -> None:
+def _ioi_scores(m, ps, o, task, n_boot, seed) -> dict | None:
+    """--task ioi: the model's IOI behaviour on the pairs (logit difference IO - S and accuracy, with CIs; the
+    heads' attention from the end to the names), written to ioi.json."""
+    if task != "ioi":
+        return None
+    from interp.patching.ioi import ioi_scores
+    from interp.runtime.jsonio import write_json
+
+    res = ioi_scores(m, ps, n_boot=n_boot, seed=seed)
+    write_json(res, o / "ioi.json")
+    return res
+
+
+def _print_ioi(c, r: dict) -> None:
+    def est(e, digits=2):
+        return f"{e['mean']:+.{digits}f} [{e['lo']:+.{digits}f}, {e['hi']:+.{digits}f}]"
+
+    def acc(e):
+        return f"{e['mean']:.2f} [{e['lo']:.2f}, {e['hi']:.2f}]"
+
+    line = (f"IOI ({r['n_pairs']} pairs, corruption {r['corrupt_kind']}): logit(IO) - logit(S) clean "
+            f"{est(r['clean']['logit_diff'])}, accuracy {acc(r['clean']['accuracy'])}; corrupt prompt "
+            f"{est(r['corrupt']['logit_diff'])}, accuracy {acc(r['corrupt']['accuracy'])}")
+    if "corrupt_own" in r:
+        line += (f"; the corrupt prompt's own IO' - S' {est(r['corrupt_own']['logit_diff'])}, accuracy "
+                 f"{acc(r['corrupt_own']['accuracy'])}")
+    c.print(line + " (95% bootstrap CIs over prompts; ioi.json)", highlight=False)
+
+
+def _print(d: dict, out, ioi: dict | None = None) -> None:
     import numpy as np
     from interp.cli.output import console
 
     c = console()
+    if ioi is not None:
+        _print_ioi(c, ioi)
     how = (f"{d['n_rows']} (pair, cell) rows in {d['n_forward']} forward passes" if d["method"] == "exact"
            else f"{d['method']} estimates (2 forward passes, 1 backward)")
     if d["method"] == "exact" and d.get("work_bound"):
@@ -180,9 +250,10 @@ def _print(d: dict, out) -> None:
     c.print(f"unpatched {d['metric']}: base (the {runs[0]} run, patched into) {base:+.3f}, donor (the {runs[1]} "
             f"run, patched from) {donor:+.3f}"
             + (f"; {len(d['excluded_pairs'])} pairs with donor ~ base left out" if d["excluded_pairs"] else ""))
-    from interp.patching.run import site_effect
+    from interp.patching.run import pooled_effect, site_effect, unstable_gaps
 
     what = "normalised effect" if d["normalized"] else f"effect (patched - base {d['metric']})"
+    shaky = unstable_gaps(d["donor_value"], d["base_value"]) if d["normalized"] else []
     for name, g in d["sites"].items():
         effect, n = site_effect(d, name)
         full = n == n.max()  # cells every counted pair has; the others are left out of the headline
@@ -200,6 +271,20 @@ def _print(d: dict, out) -> None:
         c.print(f"{name} top cells by |{what}|, mean over {int(n.max())} pairs: " + "; ".join(cells)
                 + (f" ({partial} cells that fewer pairs have are not ranked; the CSV has their n_pairs)"
                    if partial else ""), highlight=False)
+        if shaky:
+            pool = pooled_effect(d, name)
+            zp = np.where(full, np.abs(pool), np.nan).ravel()
+            topp = [i for i in np.argsort(-np.nan_to_num(zp, nan=-np.inf))[:5] if not np.isnan(zp[i])]
+            cells = []
+            for i in topp:
+                idx = np.unravel_index(i, pool.shape)
+                lab = [f"L{j}" if ax == "layer" else f"pos {g['positions'][j]}" if ax == "position"
+                       else f"KV{j}" if ax == "kv_head" else f"H{j}" for ax, j in zip(g["axes"], idx)]
+                cells.append(f"{' '.join(lab)}: {pool[idx]:+.3f}")
+            c.print(f"  [yellow]warning[/]: {len(shaky)} of {d['n_pairs']} pairs have a donor - base gap below a "
+                    "quarter of the mean gap or of the other sign, so the per-pair means above can be dominated by "
+                    f"them; by the ratio of means (sum of patched - base over sum of gaps): " + "; ".join(cells),
+                    highlight=False)
         v = (d.get("verification") or {}).get(name)
         if v:
             def f(x):

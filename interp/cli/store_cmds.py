@@ -120,6 +120,9 @@ def probe(model: Optional[str] = MODEL,
                                               "at every depth)."),
           top_tokens: int = typer.Option(64, "--top-tokens", min=2, help="Classes of the token-identity probe."),
           pos_dims: int = typer.Option(2, "--pos-dims", min=1, help="Dimensions of the positional subspace (PCs of pos[t])."),
+          skip_first: int = typer.Option(0, "--skip-first", min=0, help="Leave the first N positions of every "
+                                         "sequence out of the probes (special tokens are always left out): for a "
+                                         "model without BOS whose first token carries massive activations."),
           heads: bool = typer.Option(True, "--heads/--no-heads", help="Classify heads (needs the model)."),
           text_key: str = typer.Option("text", "--text-key", help="Field holding the text in a .jsonl file."),
           seed: int = typer.Option(0, "--seed", help="Seed of the splits, shuffles and prompts."),
@@ -135,7 +138,7 @@ def probe(model: Optional[str] = MODEL,
     from interp.store import CacheConfig, open_store
 
     pcfg = ProbeConfig(sites=tuple(s.strip() for s in sites.split(",")) if sites else None, top_tokens=top_tokens,
-                       pos_dims=pos_dims, seed=seed, heads=heads)
+                       pos_dims=pos_dims, seed=seed, heads=heads, skip_first=skip_first)
     ccfg = None
     if store is not None:
         if max_memory is not None and device_map is None:

@@ -5,11 +5,12 @@
     res.sites["head_out"].mean   # [layer][head], normalised: 0 = no effect, 1 = the clean value restored
 """
 
-from interp.patching.attribution import run_attribution
+from interp.patching.attribution import grid_agreement, run_attribution
 from interp.patching.cells import GRID_SITES, CellPatch, Cells
-from interp.patching.pairs import PatchPair, ioi_pairs, niah_pairs, read_pairs, repeated_pairs
+from interp.patching.ioi import ioi_scores
+from interp.patching.pairs import IOI_CORRUPTIONS, PatchPair, ioi_pairs, niah_pairs, read_pairs, repeated_pairs
 from interp.patching.run import DIRECTIONS, METRICS, PatchingConfig, PatchingResult, SiteGrid, run_patching
 
-__all__ = ["CellPatch", "Cells", "DIRECTIONS", "GRID_SITES", "METRICS", "PatchPair", "PatchingConfig",
-           "PatchingResult", "SiteGrid", "ioi_pairs", "niah_pairs", "read_pairs", "repeated_pairs",
-           "run_attribution", "run_patching"]
+__all__ = ["CellPatch", "Cells", "DIRECTIONS", "GRID_SITES", "IOI_CORRUPTIONS", "METRICS", "PatchPair",
+           "PatchingConfig", "PatchingResult", "SiteGrid", "grid_agreement", "ioi_pairs", "ioi_scores", "niah_pairs",
+           "read_pairs", "repeated_pairs", "run_attribution", "run_patching"]

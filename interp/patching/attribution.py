@@ -313,3 +313,39 @@ def _corr(fn, a, b):
     if len(a) < 3 or np.std(a) == 0 or np.std(b) == 0:
         return None
     return float(fn(a, b)[0])
+
+
+def grid_agreement(estimate, exact, site: str, ks: Sequence[int] = (10, 20)) -> dict:
+    """How well a full attribution grid (`run_attribution`) matches a full exact grid (`run_patching`) of the
+    same pairs and site, over every cell both have (the built-in verification checks only the top cells and a
+    sample): Pearson and Spearman of the per-cell means, and per k in `ks` the top-k recall (the share of the
+    k cells with the largest |exact effect| that are among the k largest |estimates|), the exact top-k cells
+    with both values, and the ones the estimate missed. Takes result objects or their dicts."""
+    from scipy import stats as sps
+
+    d_est, d_ex = (r if isinstance(r, dict) else r.to_dict() for r in (estimate, exact))
+    for name, d in (("estimate", d_est), ("exact", d_ex)):
+        if site not in d["sites"]:
+            raise InvalidInputError(f"the {name} result has no {site!r} grid (it has {', '.join(d['sites'])})")
+    if d_est["n_pairs"] != d_ex["n_pairs"] or d_est.get("sources") != d_ex.get("sources"):
+        raise InvalidInputError("the two results are not of the same pairs")
+    g_est, g_ex = d_est["sites"][site], d_ex["sites"][site]
+    a, e = np.array(g_est["mean"], dtype=float), np.array(g_ex["mean"], dtype=float)
+    if a.shape != e.shape:
+        raise InvalidInputError(f"the {site} grids differ in shape: {a.shape} vs {e.shape}")
+    flat_a, flat_e = a.ravel(), e.ravel()
+    ok = np.nonzero(np.isfinite(flat_a) & np.isfinite(flat_e))[0]
+    g = SiteGrid(**g_ex)
+    lab = [_label(tuple(int(x) for x in np.unravel_index(i, a.shape)), g) for i in range(a.size)]
+    by_est = ok[np.argsort(-np.abs(flat_a[ok]), kind="stable")]
+    by_ex = ok[np.argsort(-np.abs(flat_e[ok]), kind="stable")]
+    top = {}
+    for k in ks:
+        k = min(int(k), len(ok))
+        te, ta = by_ex[:k], set(by_est[:k].tolist())
+        top[str(k)] = {"recall": len([i for i in te if i in ta]) / k if k else None,
+                       "exact_top": [{"cell": lab[i], "exact": float(flat_e[i]), "estimate": float(flat_a[i]),
+                                      "estimate_rank": int(np.nonzero(by_est == i)[0][0]) + 1} for i in te],
+                       "missed": [lab[i] for i in te if i not in ta]}
+    return {"site": site, "n_cells": int(len(ok)), "pearson": _corr(sps.pearsonr, flat_a[ok], flat_e[ok]),
+            "spearman": _corr(sps.spearmanr, flat_a[ok], flat_e[ok]), "top_k": top}

@@ -147,43 +147,90 @@ def ioi_names(tokenizer, names) -> list[str]:
     return [n for n in names if _single_or_none(tokenizer, " " + n) is not None]
 
 
-def ioi_pairs(tokenizer, n: int = 32, seed: int = 0, split: str = "heldout") -> list[PatchPair]:
-    """IOI prompts (clean; `interp.corpus.ioi`, names and templates of `split`, held-out by default) and the
-    same prompts with both names replaced by two other names (corrupt): same template, first-clause order
-    and fill, so every other token and every position is shared. answer = the clean indirect object,
-    wrong = the corrupt prompt's indirect object (the name that replaced it). The anchor is the indirect
-    object's mention in the first clause; `info` records the names, order, template and the positions
-    (from the end) of the IO and S mentions."""
-    from interp.corpus.ioi import ioi_prompts, ioi_split, render
+# How the corrupt prompt of an IOI pair differs from the clean one (same template, first-clause order and
+# fill, so every other token and every position is shared). The clean prompt names IO and S, then S again
+# (S2); the slots below are the IO mention, S's first mention (S1) and S2.
+IOI_CORRUPTIONS = {
+    # both names replaced by two other names: IO' at the IO slot, S' at S1 and S2. Still an IOI prompt (S'
+    # repeated at the same positions), whose answer is IO'. answer = IO, wrong = IO' (the metric asks which
+    # name the patched run moves to the end).
+    "both": 2,
+    # Wang et al.'s ABC distribution: three fresh names X, Y, Z at the IO, S1 and S2 slots, all distinct and
+    # none of them IO or S: no name is repeated, so nothing says which one is the subject, and the clean names
+    # are absent. answer = IO, wrong = S (the paper's logit difference IO - S).
+    "abc": 3,
+    # only S2 replaced by a fresh name C: "A and B ..., C gave ... to": IO and S1 stay, but neither is
+    # repeated (three distinct names), so only the repetition differs from the clean prompt, at one position.
+    # answer = IO, wrong = S.
+    "s2": 1,
+}
+
+
+def ioi_pairs(tokenizer, n: int = 32, seed: int = 0, split: str = "heldout", corrupt: str = "both"
+              ) -> list[PatchPair]:
+    """IOI prompts (clean; `interp.corpus.ioi`, names and templates of `split`, held-out by default, only the
+    names that are one token with a leading space in `tokenizer`) and a corrupt prompt of the same template,
+    order and fill per :data:`IOI_CORRUPTIONS[corrupt]`: "both" (the default) both names replaced by two other
+    names (answer = the clean IO, wrong = the corrupt IO); "abc" the IO, S1 and S2 mentions replaced by three
+    fresh distinct names (Wang et al.'s ABC; answer = IO, wrong = S); "s2" only S2 replaced by a fresh name
+    (answer = IO, wrong = S). The replacement names come from the same split and differ from the clean IO and S.
+    The clean prompts are the same for every `corrupt` (same seed). The anchor is the indirect object's mention
+    in the first clause; `info` records the names, order, template, the corruption, the IO and S token ids, the
+    names (and token ids) at the IO, S1 and S2 slots of the corrupt prompt and the positions (from the end) of the IO and S mentions."""
+    from interp.corpus.ioi import TEMPLATES, ioi_prompts, ioi_split, render
     from interp.tasks.niah import _bos
 
     if tokenizer is None:
         raise InvalidInputError("the ioi task needs a tokenizer: this model was loaded without one")
+    if corrupt not in IOI_CORRUPTIONS:
+        raise InvalidInputError(f"IOI corruption {corrupt!r}: valid are {', '.join(IOI_CORRUPTIONS)}")
     if n < 1:
         raise InvalidInputError(f"the ioi task needs at least 1 pair, got {n}")
     sp = ioi_split()
     pool = ioi_names(tokenizer, sp.names(split))
-    if len(pool) < 4:
-        raise InvalidInputError(f"the ioi task needs at least 4 names of the {split} split that are one token with a "
-                                f"leading space in this tokenizer; it has {len(pool)} ({', '.join(pool) or 'none'})")
+    need = 2 + IOI_CORRUPTIONS[corrupt]
+    if len(pool) < need:
+        raise InvalidInputError(f"the ioi task with the {corrupt!r} corruption needs at least {need} names of the "
+                                f"{split} split that are one token with a leading space in this tokenizer; it has "
+                                f"{len(pool)} ({', '.join(pool) or 'none'})")
     bos = _bos(tokenizer)
     rng = random.Random(f"patch-ioi/{seed}")
     pairs = []
     for i, p in enumerate(ioi_prompts(n, seed, split, names=pool)):
-        c_io, c_s = rng.sample([x for x in pool if x not in (p.io, p.subject)], 2)
-        q = render(p.template, c_io, c_s, p.order, p.fill)
+        others = [x for x in pool if x not in (p.io, p.subject)]
+        if corrupt == "both":
+            c_io, c_s = rng.sample(others, 2)
+            text = render(p.template, c_io, c_s, p.order, p.fill).prompt
+            slots = (c_io, c_s, c_s)  # the names at the IO, S1 and S2 slots
+        else:
+            slots = tuple(rng.sample(others, 3)) if corrupt == "abc" else (p.io, p.subject, rng.choice(others))
+            a, b = (slots[0], slots[1]) if p.order == "ABBA" else (slots[1], slots[0])
+            text = TEMPLATES[p.template].format(A=a, B=b, S=slots[2], **p.fill)
         clean = bos + list(tokenizer(p.prompt, add_special_tokens=False)["input_ids"])
-        corrupt = bos + list(tokenizer(q.prompt, add_special_tokens=False)["input_ids"])
-        io, s, wrong = (_single_or_none(tokenizer, " " + x) for x in (p.io, p.subject, c_io))
+        corrupt_ids = bos + list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        io, s = (_single_or_none(tokenizer, " " + x) for x in (p.io, p.subject))
+        wrong = _single_or_none(tokenizer, " " + slots[0]) if corrupt == "both" else s
         where = f"ioi:{seed}:{i}"
         io_at = [j for j, t in enumerate(clean) if t == io]
         s_at = [j for j, t in enumerate(clean) if t == s]
-        if len(clean) != len(corrupt) or len(io_at) != 1 or len(s_at) != 2:
+        ok = len(clean) == len(corrupt_ids) and len(io_at) == 1 and len(s_at) == 2
+        if ok:  # the corrupt prompt differs exactly at the replaced slots, each by the replacing name's one token
+            at = (io_at[0], *s_at) if (io_at[0] < s_at[0]) == (p.order == "ABBA") else None
+            want = {j: _single_or_none(tokenizer, " " + x) for j, x, old in zip(at or (), slots, (p.io, p.subject,
+                                                                                                   p.subject))
+                    if x != old}
+            diff = {j: t for j, (t, u) in enumerate(zip(corrupt_ids, clean)) if t != u}
+            ok = at is not None and diff == want
+        if not ok:
             raise InvalidInputError(f"{where}: the names of {p.prompt!r} are not one token each in context with this "
-                                    "tokenizer (the ioi task needs clean and corrupt prompts of one length)")
+                                    "tokenizer (the ioi task needs clean and corrupt prompts of one length that "
+                                    "differ only at the replaced names)")
         L = len(clean)
-        pairs.append(PatchPair(clean, corrupt, io, wrong, where,
-                               {"template": p.template, "order": p.order, "io": p.io, "subject": p.subject,
-                                "corrupt_io": c_io, "corrupt_subject": c_s, "io_position": io_at[0] - L,
-                                "s_positions": [j - L for j in s_at]}, anchor=io_at[0]))
+        info = {"template": p.template, "order": p.order, "io": p.io, "subject": p.subject, "corrupt": corrupt,
+                "corrupt_names": list(slots),
+                "corrupt_tokens": [_single_or_none(tokenizer, " " + x) for x in slots], "io_token": io, "s_token": s, "io_position": io_at[0] - L,
+                "s_positions": [j - L for j in s_at]}
+        if corrupt == "both":
+            info.update(corrupt_io=slots[0], corrupt_subject=slots[1])
+        pairs.append(PatchPair(clean, corrupt_ids, io, wrong, where, info, anchor=io_at[0]))
     return pairs

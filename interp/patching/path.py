@@ -147,8 +147,6 @@ def run_path_patching(model, pairs: Sequence[PatchPair], senders, receivers=(), 
     for gi, g in enumerate(groups):
         for h in g:
             mask[gi * P:(gi + 1) * P, h.layer, h.head] = True
-    ids = base_batch.input_ids[rows_pair]
-    att = base_batch.attention_mask[rows_pair]
     kind = {"q": "q", "k": "k", "v": "v"}.get(via)
     by_layer: dict[int, list[int]] = {}
     for r in receivers:
@@ -156,17 +154,25 @@ def run_path_patching(model, pairs: Sequence[PatchPair], senders, receivers=(), 
         by_layer.setdefault(r.layer, [])
         if idx not in by_layer[r.layer]:
             by_layer[r.layer].append(idx)
-    with torch.no_grad():
-        freeze = _Freeze(base_out, donor_out, mask, rows_pair)
-        rec = Capture([Site(l, kind) for l in by_layer]) if kind else None
-        with model.intervene(freeze, *((rec,) if rec else ())):
-            last1 = model.forward(ids, attention_mask=att, last_only=True)[:, -1]
-        if kind:
-            patch = _Inputs(kind, {l: rec[Site(l, kind)] for l in by_layer}, by_layer)
-            with model.intervene(patch):
+    # rows in chunks of about `budget` tokens (or config.max_batch rows): both passes of a chunk run before the
+    # next, so memory stays bounded on a many-sender, many-layer run (each row is a whole base prompt)
+    budget = 16384 if model.device.type == "cuda" else 2048
+    step = config.max_batch or max(1, budget // base_batch.input_ids.shape[1])
+    lasts = []
+    for a in range(0, len(rows_pair), step):
+        rp = rows_pair[a:a + step]
+        ids, att = base_batch.input_ids[rp], base_batch.attention_mask[rp]
+        with torch.no_grad():
+            freeze = _Freeze(base_out, donor_out, mask[a:a + step], rp)
+            rec = Capture([Site(l, kind) for l in by_layer]) if kind else None
+            with model.intervene(freeze, *((rec,) if rec else ())):
                 last = model.forward(ids, attention_mask=att, last_only=True)[:, -1]
-        else:
-            last = last1
+            if kind:
+                patch = _Inputs(kind, {l: rec[Site(l, kind)] for l in by_layer}, by_layer)
+                with model.intervene(patch):
+                    last = model.forward(ids, attention_mask=att, last_only=True)[:, -1]
+        lasts.append(last)
+    last = torch.cat(lasts)
     raw = _metric(config, last, [pairs[int(i)] for i in rows_pair]).reshape(len(groups), P)
     gap = donor_value - base_value
     if config.normalize:

@@ -177,6 +177,30 @@ def site_effect(result: dict, site: str) -> tuple[np.ndarray, np.ndarray]:
     return effect, n
 
 
+def pooled_effect(result: dict, site: str) -> np.ndarray:
+    """Per cell of `site` in a normalised patching result dict: the ratio of means, the sum over the pairs that
+    have the cell of (patched - base) over the sum of their (donor - base), the normalisation Wang et al. (2022)
+    use. Unlike the per-pair mean (`site_effect`), a pair whose donor and base values nearly agree (or are in
+    the other order) cannot dominate it. NaN where no pair has the cell."""
+    if not result["normalized"]:
+        raise InvalidInputError("the ratio of means is for normalised results (this one is --raw)")
+    per = np.array(result["sites"][site]["per_pair"], dtype=float)  # (patched - base) / gap, NaN: no cell
+    gap = (np.asarray(result["donor_value"], dtype=float) - np.asarray(result["base_value"], dtype=float))
+    gap = gap.reshape((-1,) + (1,) * (per.ndim - 1))
+    has = np.isfinite(per)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(has.any(0), np.nansum(per * gap, 0) / np.where(has, gap, 0.0).sum(0), np.nan)
+
+
+def unstable_gaps(donor_value, base_value, share: float = 0.25) -> list[int]:
+    """Pairs whose donor - base gap is below `share` of the mean gap or of the other sign: where per-pair
+    normalised values divide by little or flip sign (e.g. IOI prompts the model gets wrong, under a corruption
+    whose metric is the clean logit difference itself)."""
+    gap = np.asarray(donor_value, dtype=float) - np.asarray(base_value, dtype=float)
+    m = gap.mean()
+    return [int(i) for i in np.nonzero(gap * np.sign(m) < share * abs(m))[0]] if m != 0 else list(range(len(gap)))
+
+
 def _shape(model, site: str, n_pos: int) -> tuple[int, ...]:
     spec = model.spec
     axes = GRID_SITES[site][1]

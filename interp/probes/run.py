@@ -18,7 +18,11 @@ class ProbeConfig:
     Held-out sequences (test_fraction) score every probe; val_fraction of the rest chooses ridge
     penalties. top_tokens: classes of the token-identity probe (most frequent tokens). pos_dims:
     dimensions of the positional subspace (top PCs of pos[t]). min_position_count: positions (and
-    classes) seen fewer times are left out of the PCA and of the class-mean subspaces."""
+    classes) seen fewer times are left out of the PCA and of the class-mean subspaces. skip_first: the
+    first positions of every sequence left out of every probe (special tokens are left out unless
+    include_special): in a model without a BOS token the first token is the attention sink and can carry
+    activations a hundred times the others' norm (massive activations, Sun et al. 2024), which then dominate
+    pos[t], its PCA and the variance decomposition."""
 
     sites: tuple[str, ...] | None = None
     test_fraction: float = 0.2
@@ -28,6 +32,7 @@ class ProbeConfig:
     n_pcs: int = 10
     min_position_count: int = 5
     include_special: bool = False
+    skip_first: int = 0  # positions < skip_first left out of every probe (e.g. a no-BOS model's massive first token)
     chunk_tokens: int = 8192
     random_draws: int = 200
     seed: int = 0
@@ -39,6 +44,8 @@ class ProbeConfig:
         for k in ("top_tokens", "pos_dims", "n_pcs", "min_position_count", "chunk_tokens"):
             if getattr(self, k) < 1:
                 raise InvalidInputError(f"{k} must be >= 1")
+        if self.skip_first < 0:
+            raise InvalidInputError(f"skip_first must be >= 0, got {self.skip_first}")
 
 
 @dataclass
@@ -100,6 +107,11 @@ class Plan:
         self.cat = store.meta("category").astype(np.int64)
         tok = store.meta("tokens").astype(np.int64)
         self.valid = np.ones(len(self.pos), bool) if cfg.include_special else store.meta("special") == 0
+        self.valid &= self.pos >= cfg.skip_first
+        if not self.valid.any():
+            raise InvalidInputError(f"no token left to probe: skip_first={cfg.skip_first} leaves out every position "
+                                    f"of store {store.path} (its sequences have up to {int(self.pos.max()) + 1} tokens)"
+                                    if len(self.pos) else f"store {store.path} holds no tokens")
         n_seq = store.n_sequences
         if n_seq < 10:
             raise InvalidInputError(f"store {store.path} holds {n_seq} sequences; probes need at least 10 "

@@ -294,3 +294,25 @@ def test_gemma3_induction_info_and_theta_per_head_offline(monkeypatch, tmp_path,
     assert rp["retrieval_heads_by_theta"] == {"10000": ["L0H1"], "1e+06": ["L5H0"]}
     assert rp["layer_theta"][5] == 1e6 and rp["layer_theta"][4] == 1e4
     assert "theta 1e+06: L5H0" in err + out
+
+
+def test_smollm2_does_ioi_by_the_repetition_and_l23h3_carries_it():
+    """SmolLM2 on 32 held-out IOI prompts: IO - S above 0 (CI), chance once the repetition is gone (ABC), and
+    patching L23H3's clean output alone into the ABC run restores more of IO - S than any other head of layers
+    20-29 (docs/results-real.md#ioi-wang-et-al-2022 has the full grid; the test patches the late layers only)."""
+    import numpy as np
+
+    from interp.patching import PatchingConfig, ioi_pairs, ioi_scores, run_patching
+    from interp.patching.run import pooled_effect
+
+    model = model_of("smollm2-135m")
+    pairs = ioi_pairs(model.tokenizer, n=32, seed=0, corrupt="abc")
+    r = ioi_scores(model, pairs, n_boot=500, attention=False)
+    assert r["clean"]["logit_diff"]["lo"] > 0 and r["clean"]["accuracy"]["mean"] >= 0.7
+    assert abs(r["corrupt"]["logit_diff"]["mean"]) < r["clean"]["logit_diff"]["mean"] / 2
+    late = [(layer, head) for layer in range(20, 30) for head in range(model.spec.n_heads)]
+    res = run_patching(model, pairs, PatchingConfig(sites=("head_out",), cells={"head_out": late}, n_boot=100))
+    eff = pooled_effect(res.to_dict(), "head_out")
+    assert np.isfinite(eff).sum() == len(late)
+    layer, head = divmod(int(np.nanargmax(eff)), eff.shape[1])
+    assert (layer, head) == (23, 3) and eff[23, 3] > 0.5

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import interp
+from interp.errors import InvalidInputError
 from interp.probes import ProbeConfig, run_probes
 from interp.store import StoreWriter, open_store
 
@@ -17,10 +18,11 @@ pytestmark = pytest.mark.usefixtures("one_blas_thread")
 CLASSES = ["c0", "c1", "c2", "c3"]
 
 
-def synthetic_store(path, aligned: bool, n_seq=60, T=40, d=48, seed=0):
+def synthetic_store(path, aligned: bool, n_seq=60, T=40, d=48, seed=0, spike: float = 0.0):
     """h[s, t] = curve(t) in a plane P + class embedding + per-sequence context + noise.
 
-    aligned=False: class embeddings in a subspace orthogonal to P; aligned=True: inside P."""
+    aligned=False: class embeddings in a subspace orthogonal to P; aligned=True: inside P. spike: the first
+    position also gets `spike` times a fixed unit vector (a no-BOS model's massive first-token activation)."""
     rng = np.random.default_rng(seed)
     Q = np.linalg.qr(rng.standard_normal((d, d)))[0]
     P, S, X = Q[:, :2], Q[:, 2:6], Q[:, 10:14]
@@ -43,7 +45,9 @@ def synthetic_store(path, aligned: bool, n_seq=60, T=40, d=48, seed=0):
                 parts["pos"].append(pos_part)
                 parts["ctx"].append(ctx)
                 parts["other"].append(other)
-                sw.append({"L0.resid_pre": pos_part + ctx + other, "tokens": 10 * c + rng.integers(0, 10, T),
+                big = np.zeros((T, d))
+                big[0] = spike * Q[:, 20]
+                sw.append({"L0.resid_pre": pos_part + ctx + other + big, "tokens": 10 * c + rng.integers(0, 10, T),
                            "positions": t, "seq": np.full(T, s), "special": np.zeros(T), "category": c})
             sw.commit()
         w.finish()
@@ -76,6 +80,21 @@ def test_probes_recover_planted_structure(tmp_path, aligned):
     else:
         assert a["encoding_min_angle"] > 80 and a["pos_var_in_sem_subspace"] < 0.05
         assert a["encoding_min_angle"] > rnd - 10
+
+
+def test_skip_first_leaves_a_massive_first_position_out(tmp_path):
+    """A first position 100x the others' norm owns pos[t] and the decomposition; skip_first=1 gives back the
+    planted structure of the other positions (and only they are scored)."""
+    store, shares = synthetic_store(tmp_path / "s", aligned=False, spike=500.0)
+    cfg = dict(heads=False, chunk_tokens=500, random_draws=20)
+    (whole,) = run_probes(store, ProbeConfig(**cfg)).layers
+    (rest,) = run_probes(store, ProbeConfig(skip_first=1, **cfg)).layers
+    assert whole["decomposition"]["share_pos"] > 0.95 and whole["pos_pca"]["curve_smoothness"] < 0.6
+    assert rest["position"]["n_test"] == 12 * 39 and whole["position"]["n_test"] == 12 * 40
+    assert rest["pos_pca"]["curve_smoothness"] > 0.9 and rest["decomposition"]["share_pos"] < 0.8
+    assert rest["position"]["r2_test"] > 0.9
+    with pytest.raises(InvalidInputError, match="no token left to probe"):
+        run_probes(store, ProbeConfig(skip_first=40, **cfg))
 
 
 def test_minilm_position_and_offset_head(tmp_path):
