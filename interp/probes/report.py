@@ -12,7 +12,8 @@ def markdown(result: dict) -> str:
     lines = [f"**{result['model']}**: {s['n_tokens']} tokens, {s['n_sequences']} sequences of up to "
              f"{s['max_length']} tokens ({s['dataset'].get('kind')}), {s['n_test_sequences']} held-out sequences "
              f"score every probe; special tokens excluded"
-             + (f", and the first {k} position{'s' if k > 1 else ''} of every sequence."
+             + ((", and the first position of every sequence." if k == 1 else
+                 f", and the first {k} positions of every sequence.")
                 if (k := (result.get("config") or {}).get("skip_first", 0)) else "."), "",
              "| site | position R² (shuffled) | category acc (shuffled / majority) | token acc (shuffled / majority) |"
              " var share pos / ctx / rest |", "|---|---|---|---|---|"]
