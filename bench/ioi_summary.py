@@ -33,6 +33,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from interp.patching.run import pooled_effect  # noqa: E402  (the ratio of means per cell)
+
 
 def _load(p: Path):
     return json.loads(p.read_text()) if p.exists() else None
@@ -49,13 +51,6 @@ def _raw_change(d: dict, site: str) -> tuple[np.ndarray, np.ndarray]:
     if not d["normalized"]:
         return per - np.asarray(d["base_value"]).reshape((-1,) + (1,) * (per.ndim - 1)), gap
     return per * gap.reshape((-1,) + (1,) * (per.ndim - 1)), gap
-
-
-def pooled(d: dict, site: str) -> np.ndarray:
-    """Per cell: the ratio of means (interp.patching.run.pooled_effect)."""
-    from interp.patching.run import pooled_effect
-
-    return pooled_effect(d, site)
 
 
 def behaviour(root: Path) -> dict:
@@ -89,7 +84,7 @@ def heads(d: dict, top: int) -> list[dict]:
     """The `top` heads by |pooled effect|: pooled, the raw change (logits, CI) and the tool's per-pair mean."""
     mean = np.array(d["sites"]["head_out"]["mean"], dtype=float)
     lo, hi = (np.array(d["sites"]["head_out"][k], dtype=float) for k in ("lo", "hi"))
-    pool = pooled(d, "head_out")
+    pool = pooled_effect(d, "head_out")
     ch, _ = _raw_change(d, "head_out")
     order = np.argsort(-np.abs(pool), axis=None)[:top]
     rows = []

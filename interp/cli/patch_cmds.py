@@ -231,6 +231,21 @@ def _print_ioi(c, r: dict) -> None:
     c.print(line + " (95% bootstrap CIs over prompts; ioi.json)", highlight=False)
 
 
+def _top_cells(values, full, g: dict, k: int = 5) -> list[str]:
+    """"L3 pos -1: +0.412"-style labels of the k cells of a site grid `g` with the largest |values|, among the
+    cells marked `full` (those every counted pair has)."""
+    import numpy as np
+
+    z = np.where(full, np.abs(values), np.nan).ravel()
+    out = []
+    for i in [i for i in np.argsort(-np.nan_to_num(z, nan=-np.inf))[:k] if not np.isnan(z[i])]:
+        idx = np.unravel_index(i, values.shape)
+        lab = [f"L{j}" if ax == "layer" else f"pos {g['positions'][j]}" if ax == "position"
+               else f"KV{j}" if ax == "kv_head" else f"H{j}" for ax, j in zip(g["axes"], idx)]
+        out.append(f"{' '.join(lab)}: {values[idx]:+.3f}")
+    return out
+
+
 def _print(d: dict, out, ioi: dict | None = None) -> None:
     import numpy as np
     from interp.cli.output import console
@@ -257,30 +272,13 @@ def _print(d: dict, out, ioi: dict | None = None) -> None:
     for name, g in d["sites"].items():
         effect, n = site_effect(d, name)
         full = n == n.max()  # cells every counted pair has; the others are left out of the headline
-        z = np.where(full, np.abs(effect), np.nan).ravel()
-        top = [i for i in np.argsort(-np.nan_to_num(z, nan=-np.inf))[:5] if not np.isnan(z[i])]
-        cells = []
-        for i in top:
-            idx = np.unravel_index(i, effect.shape)
-            lab = []
-            for ax, j in zip(g["axes"], idx):
-                lab.append(f"L{j}" if ax == "layer" else f"pos {g['positions'][j]}" if ax == "position"
-                           else f"KV{j}" if ax == "kv_head" else f"H{j}")
-            cells.append(f"{' '.join(lab)}: {effect[idx]:+.3f}")
+        cells = _top_cells(effect, full, g)
         partial = int(((n > 0) & ~full).sum())
         c.print(f"{name} top cells by |{what}|, mean over {int(n.max())} pairs: " + "; ".join(cells)
                 + (f" ({partial} cells that fewer pairs have are not ranked; the CSV has their n_pairs)"
                    if partial else ""), highlight=False)
         if shaky:
-            pool = pooled_effect(d, name)
-            zp = np.where(full, np.abs(pool), np.nan).ravel()
-            topp = [i for i in np.argsort(-np.nan_to_num(zp, nan=-np.inf))[:5] if not np.isnan(zp[i])]
-            cells = []
-            for i in topp:
-                idx = np.unravel_index(i, pool.shape)
-                lab = [f"L{j}" if ax == "layer" else f"pos {g['positions'][j]}" if ax == "position"
-                       else f"KV{j}" if ax == "kv_head" else f"H{j}" for ax, j in zip(g["axes"], idx)]
-                cells.append(f"{' '.join(lab)}: {pool[idx]:+.3f}")
+            cells = _top_cells(pooled_effect(d, name), full, g)
             c.print(f"  [yellow]warning[/]: {len(shaky)} of {d['n_pairs']} pairs have a donor - base gap below a "
                     "quarter of the mean gap or of the other sign, so the per-pair means above can be dominated by "
                     f"them; by the ratio of means (sum of patched - base over sum of gaps): " + "; ".join(cells),
