@@ -158,6 +158,16 @@ def test_patch_task_ioi_corrupt_abc_writes_its_scores_and_pairs(tmp_path, capsys
     assert all(p["info"]["corrupt"] == "abc" and p["wrong"] == p["info"]["s_token"] for p in pairs)
     # the patching metric is IO - S here: its unpatched values are the scores' per-pair logit differences
     assert res["donor_value"] == pytest.approx(scores["per_pair"]["clean"], abs=1e-4)
+    # pairs with a small or flipped gap: the headline adds each top cell's ratio of means, the largest first
+    from interp.patching.run import pooled_effect, unstable_gaps
+
+    shaky = unstable_gaps(res["donor_value"], res["base_value"])
+    assert bool(shaky) == ("by the ratio of means" in err)
+    if shaky:
+        pool = pooled_effect(res, "resid_pre")
+        layer = int(np.nanargmax(np.abs(pool[:, 0])))
+        assert f"by the ratio of means (sum of patched - base over sum of gaps): L{layer} pos -1: " \
+               f"{pool[layer, 0]:+.3f}" in " ".join(err.split())
     assert res["base_value"] == pytest.approx(scores["per_pair"]["corrupt"], abs=1e-4)
     code, _, err = run_cli(["patch", "-m", "tiny-qwen2", "--task", "ioi", "--corrupt", "s2", "--n-pairs", "16",
                             "--method", "path", "--senders", "L3H0,L3H2", "--via", "logits", "--n-boot", "50",
