@@ -38,7 +38,7 @@ fails loudly otherwise.
 Each (context, method) runs in a fresh subprocess, after a warm-up at a short context. Times on CPU are the
 measuring process's CPU time (one torch thread: other processes sharing the cores stretch its wall time, not
 the CPU time the work takes; wall times are kept in the JSON's times_s); on CUDA, wall time. Peak memory
-is measured as in bench/overhead.py (`PeakMemory`): the rise of the resident set on CPU (VmHWM
+is measured as in bench/overhead.py (`PeakMemory`, bench/_common.py): the rise of the resident set on CPU (VmHWM
 after resetting it through /proc/self/clear_refs, minus VmRSS before), torch.cuda
 max_memory_allocated minus the allocation before on CUDA. Eager keeps every layer's
 [b, H, T, T] prefill pattern; where its estimate exceeds the memory budget it is skipped and the
@@ -69,20 +69,20 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from overhead import (
+from _common import (  # noqa: E402
     GiB,
     MiB,
     PeakMemory,
-    _dtype,
-    _setup_torch,
     add_common_args,
     bench_env,
     parse_and_setup,
     print_progress,
     print_skips_and_errors,
-    write_result,
     run_child,
+    setup_torch,
     sync,
+    torch_dtype,
+    write_result,
 )
 
 MODEL_NAME = "tiny-qwen2"  # the default --model (its results: bench/results/detect-<device>.json)
@@ -264,7 +264,7 @@ def plain_greedy(hf, tok, samples, batch_size: int, max_new_tokens: int | None, 
 # child: one (context, method) measurement in a fresh process
 # ---------------------------------------------------------------------------------------------
 def child_main(spec: dict) -> None:
-    _setup_torch(spec["threads"])
+    setup_torch(spec["threads"])
     import interp
     from interp.analyses import retrieval
     from interp.analyses.retrieval import RetrievalConfig
@@ -346,7 +346,7 @@ def measure(args, cfg: dict) -> tuple[list[dict], list[dict], list[dict]]:
 
     from interp.analyses.retrieval import RetrievalConfig
 
-    elem = _dtype(args.dtype).itemsize
+    elem = torch_dtype(args.dtype).itemsize
     batch = min(RetrievalConfig().batch_size, args.seeds * len(args.depths))  # the largest batch at a context
     methods = [m for m in METHODS if m in args.methods]
     results, checks, greedy_checks = [], [], []

@@ -35,22 +35,14 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import proc_kib as _proc_kib, sync  # noqa: E402
-
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
-GiB = 1024 ** 3
-MiB = 1024 ** 2
+from _common import (GiB, MiB, ROOT, PeakMemory, add_common_args, bench_env, parse_and_setup,  # noqa: E402
+                     print_progress, print_skips_and_errors, run_child, setup_torch, sync, torch_dtype, write_result)
 
 # the model: mid-size Llama (MHA), random weights; or a real checkpoint (--model), whose geometry then fills MODEL
 REAL = {"name": None}
@@ -60,22 +52,8 @@ MODEL = dict(vocab_size=8192, hidden_size=512, intermediate_size=1408, num_hidde
 
 
 # ---------------------------------------------------------------------------------------------
-# shared helpers (parent and child)
+# the model (parent and child)
 # ---------------------------------------------------------------------------------------------
-def _setup_torch(threads: int):
-    import torch
-
-    if threads > 0:
-        torch.set_num_threads(threads)
-    return torch
-
-
-def _dtype(name: str):
-    import torch
-
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
-
-
 def make_hf(attn: str, device: str, dtype: str, seed: int = 0, overrides: dict | None = None):
     """A seeded random-weight LlamaForCausalLM (the same seed gives the same weights), or, with `--model`
     (REAL["name"] set), that checkpoint as a plain HF model (interp's attention wrapper removed)."""
@@ -86,7 +64,7 @@ def make_hf(attn: str, device: str, dtype: str, seed: int = 0, overrides: dict |
         sys.path.insert(0, str(ROOT))
         from interp.models.loading import load_model
 
-        m = load_model(REAL["name"], device=device, dtype=_dtype(dtype))
+        m = load_model(REAL["name"], device=device, dtype=torch_dtype(dtype))
         m.detach()
         if attn != m.hf.config._attn_implementation:
             m.hf.set_attn_implementation(attn)
@@ -94,48 +72,10 @@ def make_hf(attn: str, device: str, dtype: str, seed: int = 0, overrides: dict |
 
     cfg = tf.LlamaConfig(**{**MODEL, **(overrides or {})})
     torch.manual_seed(seed)
-    hf = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, dtype=_dtype(dtype))
+    hf = tf.AutoModelForCausalLM.from_config(cfg, attn_implementation=attn, dtype=torch_dtype(dtype))
     return hf.to(device).eval()
 
 
-
-
-class PeakMemory:
-    """Peak memory added by the body of a `with`, in bytes (see the module docstring)."""
-
-    def __init__(self, device: str):
-        self.device = device
-        self.method = None
-        self.peak = None
-
-    def __enter__(self):
-        gc.collect()
-        if self.device.startswith("cuda"):
-            import torch
-
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            self.base = torch.cuda.memory_allocated()
-            self.method = "torch.cuda.max_memory_allocated"
-        else:
-            try:
-                with open("/proc/self/clear_refs", "w") as f:
-                    f.write("5")  # reset VmHWM to the current RSS
-                self.method = "VmHWM-VmRSS (clear_refs reset)"
-            except OSError:
-                self.method = "VmHWM-VmRSS (no reset: includes earlier peaks)"
-            self.base = _proc_kib("VmRSS") * 1024
-        return self
-
-    def __exit__(self, *exc):
-        if self.device.startswith("cuda"):
-            import torch
-
-            torch.cuda.synchronize()
-            self.peak = torch.cuda.max_memory_allocated() - self.base
-        else:
-            self.peak = max(0, _proc_kib("VmHWM") * 1024 - self.base)
-        return False
 
 
 def make_bridge(hf, device: str):
@@ -199,7 +139,7 @@ def sdpa_bytes_estimate(ctx: int, batch: int, elem: int) -> int:
 # child: one (context, method) measurement in a fresh process
 # ---------------------------------------------------------------------------------------------
 def child_main(spec: dict) -> None:
-    torch = _setup_torch(spec["threads"])
+    torch = setup_torch(spec["threads"])
     sys.path.insert(0, str(ROOT))
     MODEL.update(spec["model"])
     REAL["name"] = spec.get("model_name")
@@ -263,31 +203,11 @@ def child_main(spec: dict) -> None:
                                   "out_shape": shape}))
 
 
-def run_child(spec: dict, timeout: float, script: str | Path = __file__, env: dict | None = None) -> dict:
-    """Run `script --_child SPEC` in a fresh process (environment `env`, default: this one with OMP threads
-    from the spec); its `RESULT {json}` line, or {"error": ...}."""
-    cmd = [sys.executable, str(Path(script).resolve()), "--_child", json.dumps(spec)]
-    if env is None:
-        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-        if spec["threads"] > 0:
-            env["OMP_NUM_THREADS"] = str(spec["threads"])
-    try:
-        p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f}s"}
-    for line in p.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
-    tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
-    reason = "killed (out of memory?)" if p.returncode in (-9, 137) else f"exit {p.returncode}"
-    return {"error": f"{reason}: {' | '.join(tail)}"}
-
-
 # ---------------------------------------------------------------------------------------------
 # part 1: forward overhead
 # ---------------------------------------------------------------------------------------------
 def part_overhead(args) -> dict:
-    torch = _setup_torch(args.threads)
+    torch = setup_torch(args.threads)
     sys.path.insert(0, str(ROOT))
     import interp
 
@@ -357,7 +277,7 @@ def part_overhead(args) -> dict:
 
 def rows_sanity(args) -> dict:
     """At a short context: interp's rows == eager's attention rows (so part 2 compares like with like)."""
-    torch = _setup_torch(args.threads)
+    torch = setup_torch(args.threads)
     import interp
 
     ctx = 256
@@ -387,7 +307,7 @@ def rows_sanity(args) -> dict:
 def part_rows(args) -> list[dict]:
     import torch
 
-    elem = torch.empty((), dtype=_dtype(args.dtype)).element_size()
+    elem = torch.empty((), dtype=torch_dtype(args.dtype)).element_size()
     results = []
     calib = None  # measured / estimated eager peak at the largest context that ran
     for ctx in args.contexts:
@@ -403,7 +323,7 @@ def part_rows(args) -> list[dict]:
                 spec = {"device": args.device, "dtype": args.dtype, "ctx": ctx, "kind": kind, "batch": 1,
                         "threads": args.threads, "repeats": reps, "model": dict(MODEL), "model_name": REAL["name"]}
                 t0 = time.perf_counter()
-                res = run_child(spec, timeout=args.child_timeout)
+                res = run_child(spec, timeout=args.child_timeout, script=__file__)
                 entry["wall_s"] = time.perf_counter() - t0
                 entry.update(res)
                 if "times_s" in res:
@@ -414,17 +334,6 @@ def part_rows(args) -> list[dict]:
             results.append(entry)
             _progress(entry)
     return results
-
-
-def print_progress(e: dict, label: str, measured: Callable[[dict], str]) -> None:
-    """One line per finished child: skipped, error, or `measured(e)`."""
-    if "skipped" in e:
-        msg = f"skipped ({e['skipped']})"
-    elif "error" in e:
-        msg = f"ERROR {e['error']}"
-    else:
-        msg = measured(e)
-    print(f"  [ctx {e['ctx']:>5}] {label} {msg}", flush=True)
 
 
 def _progress(e: dict):
@@ -487,84 +396,6 @@ def print_report(res: dict):
             ratios.append(f"{tr:>15} {mr:>14}")
         print(f"   {ctx:>6} | " + " | ".join(cell(by.get((ctx, k)), 24) for k in kinds) + " | " + " ".join(ratios))
     print_skips_and_errors(res["rows"], "kind", res["args"]["mem_budget_gb"])
-
-
-def print_skips_and_errors(entries, label_key: str, budget_gb: float) -> None:
-    """One line per skipped (over the memory budget) or failed measurement."""
-    for e in entries:
-        if "skipped" in e:
-            print(f"   ctx {e['ctx']} {e[label_key]}: skipped (would need ~{e['estimate_bytes'] / GiB:.1f} GiB; "
-                  f"budget {budget_gb:.1f} GiB)")
-        if "error" in e:
-            print(f"   ctx {e['ctx']} {e[label_key]}: {e['error']}")
-
-
-def default_budget_gb(device: str) -> float:
-    if device.startswith("cuda"):
-        import torch
-
-        free, _ = torch.cuda.mem_get_info(torch.device(device))
-        return 0.8 * free / GiB
-    try:
-        avail = _proc_meminfo_kib("MemAvailable") * 1024
-    except (OSError, RuntimeError):
-        return 4.0
-    return min(8.0, 0.4 * avail / GiB)  # shared machines: stay well below what is free
-
-
-def _proc_meminfo_kib(field: str) -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(field)
-
-
-def add_common_args(ap: argparse.ArgumentParser, name: str, child_timeout: float) -> None:
-    """Arguments every subprocess benchmark here takes (device, threads, memory budget, output)."""
-    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch threads (CPU default 1: a fair, quiet single-core number; 0 = torch default)")
-    ap.add_argument("--mem-budget-gb", type=float, default=None,
-                    help="GiB; skip a measurement whose estimate exceeds this (CPU default: min(8, 0.4 x MemAvailable))")
-    ap.add_argument("--child-timeout", type=float, default=child_timeout)
-    ap.add_argument("--out", default=None, help=f"JSON path (default bench/results/{name}-<device>.json)")
-    ap.add_argument("--_child", default=None, help=argparse.SUPPRESS)
-
-
-def bench_env(args, torch) -> dict:
-    """Package versions and machine facts recorded with every benchmark result."""
-    import transformers
-
-    return {"torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
-            "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],  # other processes sharing the cores
-            "gpu": torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda") else None}
-
-
-def write_result(res: dict, args, name: str) -> None:
-    """Print the report's footer and write the result JSON (default bench/results/NAME-<device>.json)."""
-    out = Path(args.out) if args.out else HERE / "results" / f"{name}-{args.device.split(':')[0]}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=2) + "\n")
-    print(f"\ntotal {res['total_wall_s']:.0f} s; wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
-
-
-def parse_and_setup(ap: argparse.ArgumentParser, argv, child_main):
-    """Parse a benchmark's arguments. In a measurement subprocess run `child_main` and return
-    (None, None); otherwise fill the device-dependent defaults (threads, memory budget), set up
-    torch and return (args, torch)."""
-    args = ap.parse_args(argv)
-    if args._child is not None:
-        child_main(json.loads(args._child))
-        return None, None
-    if args.threads is None:
-        args.threads = 0 if args.device.startswith("cuda") else 1
-    torch = _setup_torch(args.threads)
-    if args.mem_budget_gb is None:
-        args.mem_budget_gb = default_budget_gb(args.device)
-    return args, torch
 
 
 def main(argv=None):

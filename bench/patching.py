@@ -48,7 +48,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from overhead import PeakMemory, add_common_args, bench_env, parse_and_setup, sync, write_result  # noqa: E402
+from _common import PeakMemory, add_common_args, bench_env, parse_and_setup, sync, write_result  # noqa: E402
 
 METHODS = ("interp", "naive", "tl", "nnsight", "atp", "atp-qk")  # and interp-noskip: interp without layer skipping
 
@@ -326,7 +326,7 @@ def part_long(model, args) -> list[dict]:
     """Time and peak memory on one long pair at each --long length, each measurement in a fresh process: plain
     forward, forward + backward, AtP (head_out, q, k), AtP-QK (q, k); attribution's time also as a multiple of the
     forward + backward at the same length."""
-    from overhead import run_child
+    from _common import run_child
 
     out = []
     for n in sorted({min(int(t), model.spec.max_positions or int(t)) for t in args.long.split(",") if int(t) > 0}):

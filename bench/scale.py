@@ -61,7 +61,7 @@ from scale_modes import (CONFIG, GiB, HERE, MiB, MODES, REDUCTIONS, ROOT, TARGET
 
 
 def run_child(spec: dict, timeout: float) -> dict:
-    from overhead import run_child as run
+    from _common import run_child as run
 
     return run(spec, timeout, script=__file__, env=child_env(spec["threads"]))
 

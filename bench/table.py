@@ -158,7 +158,7 @@ def overhead_rows() -> list[tuple[str, ...]]:
 
 
 STORE_REAL = {"store-smollm2-135m-cpu.json": (
-    "SmolLM2-135M", "python bench/store.py --model smollm2-135m --gb 1 --repeats 5 --dir /tmp")}
+    "SmolLM2-135M", "python bench/store_model.py --model smollm2-135m --gb 1 --repeats 5 --dir /tmp")}
 
 
 def store_rows() -> list[tuple[str, ...]]:
