@@ -138,10 +138,14 @@ results-real-ioi: setup models
 	$(PY) bench/ioi_summary.py --root $(IR)
 
 # Finding (ii) as a controlled experiment (docs/results.md#retrieval-heads-vs-rope_theta): tiny-llama variants
-# that differ only in rope_theta (1e3, 1e4, 5e5) and training seed (2, 3); builds the missing ones (about 40 min
-# each, two at a time on one thread each), measures every build, writes the head-count-vs-theta table.
+# that differ only in rope_theta (1e3, 1e4, 5e5) and training seed (2, 3, plus the seeds in THETA_ADD); builds the
+# missing ones (about 40 min each, two at a time on one thread each), measures every build and writes the
+# head-count-vs-theta table twice: at 512 tokens (the length where every theta has builds that retrieve) and on
+# the 512/1024 grid (where no theta-1e3 build does).
+THETA_ADD = --add 10000:4 --add 1000:4 --add 1000:5 --add 500000:5
 results-theta: setup
-	$(I) organisms sweep --out runs/results/theta
+	$(I) organisms sweep $(THETA_ADD) --threads 1 --lengths 512 --out runs/results/theta-512
+	$(I) organisms sweep --no-build $(THETA_ADD) --threads 1 --out runs/results/theta
 
 # IOI path patching on tiny-qwen2, the organism that solves IOI (docs/results.md): every head's direct effect
 # on the logit difference, then what reaches the three layer-3 heads with the largest direct effect (L3H0,

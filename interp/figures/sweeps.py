@@ -61,9 +61,16 @@ def theta_sweep(result: dict):
     fig.update_yaxes(title_text="share of heads", tickformat=".0%", range=[0, top * 1.25], row=1, col=2)
     fig.update_layout(title=f"Retrieval heads vs rope_theta, {result['base']} variants (same recipe, corpus, steps)"
                             f"<br><sup>slope {t['slope']:+.2f} heads per decade [{t['slope_lo']:+.2f}, "
-                            f"{t['slope_hi']:+.2f}], exact permutation p = {t['p_value']:.3f}</sup>",
+                            f"{t['slope_hi']:+.2f}], exact permutation p = {t['p_value']:.3f}; {_niah_grid(result)}</sup>",
                       width=1100, height=480, legend={"orientation": "h", "y": -0.2})
     return fig
+
+
+def _niah_grid(result: dict) -> str:
+    """"NIAH at 512/1024 tokens, 8 seeds": the detection grid every build was measured on."""
+    niah = (result["builds"][0].get("niah") or {}) if result["builds"] else {}
+    lengths = "/".join(str(n) for n in niah.get("context_lengths") or [])
+    return f"NIAH at {lengths} tokens, {niah.get('n_seeds')} seeds" if lengths else "NIAH"
 
 
 @reads_result
@@ -88,8 +95,8 @@ def theta_dose_response(result: dict):
     doses = sorted({d["dose"] for b in result["builds"] for d in b["rope_zero"]})
     fig.update_xaxes(tickmode="array", tickvals=doses)
     fig.update_layout(title="NIAH recall vs lowest-frequency dims zeroed in the retrieval heads, per build that "
-                            "retrieves (query side; 95% CI)<br><sup>dotted: the same heads, random dims (pooled draws)"
-                            "</sup>",
+                            "retrieves (query side; 95% CI)<br><sup>dotted: the same heads, random dims (pooled draws); "
+                            f"{_niah_grid(result)}</sup>",
                       xaxis_title="dims zeroed per head", yaxis_title="NIAH recall", yaxis_range=[0, 1.05],
                       width=1000, height=520)
     return fig

@@ -205,6 +205,11 @@ class ThetaSweepResult:
             lines.append(f"| {p['rope_theta']:g} ({p['model']}, Bayram) | 1 | {p['n_heads']} | - | "
                          f"{p['n_heads'] / p['total_heads']:.1%} |")
         lines.append("")
+        niah = (self.builds[0].niah or {}) if self.builds else {}
+        if niah.get("context_lengths"):  # the grid every build was measured on: a count is only read with it
+            lines.append(f"Detection: NIAH at {'/'.join(map(str, niah['context_lengths']))} tokens x "
+                         f"{len(niah.get('depths') or [])} depths x {niah.get('n_seeds')} seeds per build; a build "
+                         f"retrieves at recall >= {RETRIEVES}.")
         lines.append(f"Slope: {t['slope']:+.2f} heads per decade of theta [{t['slope_lo']:+.2f}, {t['slope_hi']:+.2f}], "
                      f"exact permutation p = {t['p_value']:.3f} ({t['n_permutations']} pairings; threshold "
                      f"{t['threshold']:g}, {t['n_boot']} bootstrap resamples of training seeds then NIAH seeds).")

@@ -138,6 +138,12 @@ def test_analysis_counts_per_theta_leaves_out_builds_that_do_not_retrieve_and_re
     assert again.table_md() == md
     fig = theta_sweep(res.to_dict())
     assert sum(len(tr.x) for tr in fig.data if tr.name.startswith("training seed")) == 5
+    assert "Detection:" not in md  # no grid recorded: nothing claimed
+    for m in ms:
+        m.niah = {"context_lengths": [512], "depths": [0.0, 0.5, 1.0], "n_seeds": 8}
+    graded = analyse_sweep(ms, "tiny-llama", n_boot=200)
+    assert "Detection: NIAH at 512 tokens x 3 depths x 8 seeds per build" in graded.table_md()
+    assert "NIAH at 512 tokens, 8 seeds" in theta_sweep(graded.to_dict()).layout.title.text
     assert len(theta_dose_response(res).data) == 10  # two lines per build that retrieves (5 of 6)
 
 
