@@ -14,7 +14,7 @@ from interp.cli.output import console, echo, other_rank
 from interp.runtime.jsonio import dumps, write_json
 from interp.errors import InvalidInputError
 
-RUN_MARKER = "run.json"  # written last into every run folder: the command, the files, when it finished
+RUN_MARKER = "run.json"  # written last into every run folder: the command, the files, when it finished, its cost
 
 
 @dataclass
@@ -29,6 +29,17 @@ class RunContext:
     warnings: list[str] = field(default_factory=list)
     max_memory: dict | None = None
     device_map: str | None = None
+    started: tuple[float, float] = field(default_factory=lambda: (time.perf_counter(), time.process_time()))
+
+    def compute(self) -> dict:
+        """Wall and CPU seconds of this call so far (CPU: every thread of this process, so with N busy threads
+        about N x wall), and torch's thread count: what run.json records of the run's cost."""
+        import sys
+
+        wall, cpu = time.perf_counter() - self.started[0], time.process_time() - self.started[1]
+        torch = sys.modules.get("torch")
+        return {"wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1),
+                "torch_threads": torch.get_num_threads() if torch is not None else None}
 
 
 _current = RunContext()
@@ -184,7 +195,7 @@ def _commit(stage: Path, final: Path, overwrite: bool) -> None:
 
     marker = {"format": "interp-run", "command": " ".join(["interp", *current().argv]), "files": [],
               "interp_version": __version__, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "warnings": list(dict.fromkeys(current().warnings))}
+              "warnings": list(dict.fromkeys(current().warnings)), "compute": current().compute()}
     sw = distributed.current()
     if sw is not None and sw.units:  # sharded / resumable work units: how many, where they were computed
         marker["sweep"] = sw.summary()

@@ -17,6 +17,9 @@ def _err(msg: str) -> int:
 def run_sweep(args, argv: list[str]) -> int:
     import datetime
     import shlex
+    import time
+
+    t0, c0 = time.perf_counter(), time.process_time()
 
     import torch
 
@@ -87,7 +90,9 @@ def run_sweep(args, argv: list[str]) -> int:
     table = res.table_md()
     (out / "table.md").write_text(table + "\n")
     run = {"command": "interp organisms sweep " + " ".join(shlex.quote(a) for a in argv), "interp_version": __version__,
-           "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "warnings": []}
+           "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "warnings": [],
+           "compute": {"wall_seconds": round(time.perf_counter() - t0, 1), "cpu_seconds": round(time.process_time() - c0, 1),
+                       "torch_threads": torch.get_num_threads()}}
     write_json(run, out / "run.json")
     index = write_report(out, run)
     print(table)

@@ -24,6 +24,8 @@ def test_run_json_is_written_last_and_lists_the_runs_files(tmp_path, capsys):
     assert run["command"] == "interp " + " ".join(DETECT + ["--out", str(o)])
     assert run["files"] == [f for f in _files(o) if f != "run.json"] and "retrieval.json" in run["files"]
     assert run["warnings"] == [] and run["format"] == "interp-run"
+    c = run["compute"]  # the call's cost: a detection takes measurable wall and CPU time
+    assert c["wall_seconds"] > 0 and c["cpu_seconds"] > 0 and c["torch_threads"] >= 1
 
 
 def test_a_second_run_into_the_same_out_is_refused_then_replaced_with_overwrite(tmp_path, capsys):
