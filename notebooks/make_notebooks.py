@@ -381,12 +381,13 @@ THETA = [
        "seed (tiny-llama's recipe, corpus, steps). Per build: NIAH recall, the retrieval heads, their "
        "lowest-band RoPE zeroing dose response; across builds: head count vs theta with a bootstrap over "
        "training seeds and NIAH seeds, and an exact permutation test of the slope. The builds are bundled in "
-       "data/organisms/theta (`interp organisms sweep` rebuilds and remeasures them with the full grid)."),
+       "data/organisms/theta (`make results-theta` remeasures all ten with 8 NIAH seeds, at 512 tokens, where two "
+       "builds per theta retrieve, and at 512/1024, where no theta-1e3 build does)."),
     params('BASE = "tiny-llama"',
            "THETAS = (1e3, 1e4, 5e5)",
            "SEEDS = (2, 3)  # training seeds",
            "EXTRA = ((1e4, 4),)  # (theta, seed) builds beyond the grid: seed 3 did not retrieve at 1e4",
-           "LENGTHS = (512,)  # the detection grid here is small; the sweep command uses 512 and 1024 tokens, 8 seeds",
+           "LENGTHS = (512,)  # as the sweep's 512-token analysis, with fewer NIAH seeds (it uses 8)",
            "N_SEEDS = 2",
            "DOSES = (0, 8, 16)  # lowest-frequency dims zeroed per head (of 32)",
            "N_BOOT = 500"),
