@@ -109,15 +109,21 @@ def child_write(spec: dict) -> dict:
             d = out / f"{k:05d}"
             d.mkdir(parents=True)
             for name in parts[0]:
-                p = d / f"{name}.npy"
-                np.save(p, np.concatenate([b[name] for b in parts]))
-                if how == "np.save+fsync":
-                    fd = os.open(p, os.O_RDONLY)
-                    os.fsync(fd)
-                    os.close(fd)
+                save_npy(d / f"{name}.npy", np.concatenate([b[name] for b in parts]), fsync=how == "np.save+fsync")
     dt = time.perf_counter() - t0
     data = sum(p.stat().st_size for p in out.rglob("*.npy"))
     return {"seconds": dt, "bytes": data}
+
+
+def save_npy(path: Path, arr, fsync: bool) -> None:
+    """The np.save baselines' write of one file; with `fsync` the durability the store pays for."""
+    import numpy as np
+
+    np.save(path, arr)
+    if fsync:
+        fd = os.open(path, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
 
 
 def _ckpt(path: Path) -> Path:

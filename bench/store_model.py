@@ -54,7 +54,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import GiB, HERE, MiB  # noqa: E402
-from store import run_store_child  # noqa: E402
+from store import run_store_child, save_npy  # noqa: E402
 
 SEQ_LEN, MODEL_BATCH = 512, 8  # sequences of 512 tokens, 8 per forward / per append
 
@@ -203,12 +203,7 @@ def child_write_model(spec: dict) -> dict:
             d = out / f"{k:05d}"
             d.mkdir(parents=True)
             for name, arr in arrays.items():
-                p = d / f"{name}.npy"
-                np.save(p, arr[a:b])
-                if how == "np.save+fsync":
-                    fd = os.open(p, os.O_RDONLY)
-                    os.fsync(fd)
-                    os.close(fd)
+                save_npy(d / f"{name}.npy", arr[a:b], fsync=how == "np.save+fsync")
     dt = time.perf_counter() - t0
     data = sum(p.stat().st_size for p in out.rglob("*.npy"))
     return {"seconds": dt, "bytes": data, "load_seconds": load_s}
