@@ -105,6 +105,7 @@ RZ_PAIRS_smollm2-135m := 0,4,8,16,32
 RZ_PAIRS_gemma3-270m := 0,16,32,64,128
 
 results-real: $(addprefix results-real-,$(REAL_MODELS)) results-real-ioi
+	$(PY) bench/run_cost.py runs/results-real
 
 results-real-%: setup models
 	$(RI) detect induction --model $* --draws 10 --overwrite --out $(RR)/induction

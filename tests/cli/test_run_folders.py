@@ -12,6 +12,17 @@ from tests.helpers import run_cli
 DETECT = ["detect", "retrieval", "-m", "tiny-qwen2", "--lengths", "256", "--depths", "0.5", "--n-seeds", "2"]
 
 
+def _run_cost():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "run_cost.py"
+    spec = importlib.util.spec_from_file_location("run_cost", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _files(d):
     return sorted(p.name for p in d.iterdir())
 
@@ -26,6 +37,12 @@ def test_run_json_is_written_last_and_lists_the_runs_files(tmp_path, capsys):
     assert run["warnings"] == [] and run["format"] == "interp-run"
     c = run["compute"]  # the call's cost: a detection takes measurable wall and CPU time
     assert c["wall_seconds"] > 0 and c["cpu_seconds"] > 0 and c["torch_threads"] >= 1
+    # bench/run_cost.py sums the records and lists a run without one apart, never as zero
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "run.json").write_text(json.dumps({"format": "interp-run", "command": "interp x"}))
+    rows, missing = _run_cost().run_costs([tmp_path])
+    assert [r["cpu_s"] for r in rows] == [c["cpu_seconds"]] and missing == [old]
 
 
 def test_a_second_run_into_the_same_out_is_refused_then_replaced_with_overwrite(tmp_path, capsys):
