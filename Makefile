@@ -93,30 +93,57 @@ results-%: setup
 	@if [ "$*" = tiny-qwen2 ]; then $(I) probe --model $* --overwrite --out $(OUT)/probe; fi
 	@if [ "$*" = tiny-qwen2 ]; then $(MAKE) --no-print-directory results-ioi-path; fi
 
-# The seed analyses on the two real pretrained models (docs/results-real.md), into runs/results-real/<model>/. One
-# target per model (`make results-real-smollm2-135m`), one torch thread each, so the two run side by side on two
-# cores. NIAH on a real book (Sherlock Holmes, `interp texts`) with the standard needles, 5 depths x 4 seeds.
+# The seed analyses on the two real pretrained models (docs/results-real.md), into runs/results-real/<model>/, each
+# command as the doc quotes it. One target per model (`make results-real-smollm2-135m`), one torch thread each, so
+# the two run side by side on two cores; SmolLM2's IOI (results-real-ioi) and probes (results-real-probes) apart.
+# NIAH on a real book (Sherlock Holmes, `interp texts`) with the standard needles, 5 depths x 4 seeds.
 REAL_MODELS := smollm2-135m gemma3-270m
 RR = runs/results-real/$*
 RI := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $(I)
 REAL_NIAH := --haystack sherlock-holmes --depths 0,0.25,0.5,0.75,1 --n-seeds 4
+KEEP_NIAH := --haystack sherlock-holmes --depths 0,0.5,1 --n-seeds 4 --lengths 1024
+# detection lengths: the main grid, then the long one (SmolLM2's trained context is 8192, Gemma-3's 32K)
+RET_LENGTHS_smollm2-135m := 1024,2048,4096
+RET_LENGTHS_gemma3-270m := 1024,2048
+LONG_LENGTHS_smollm2-135m := 8192
+LONG_LENGTHS_gemma3-270m := 4096,8192
+# masking controls: layer-matched random sets; Gemma-3's retrieval heads fill layer 5, so any-layer sets there
+ABLATE_smollm2-135m = --out $(RR)/ablate
+ABLATE_gemma3-270m = --random-pool any --out $(RR)/ablate-any
+# keep-only-top-k curves, FOLDER:KS:DRAWS each
+KEEP_smollm2-135m := keep-curve:0,1,2,4,8,16,20,32,64:3 keep-curve-wide:0,64,128,192,256:3
+KEEP_gemma3-270m := keep-curve:5,18,36,54:2
 # RoPE zeroing doses in rotary pairs, up to every pair (head_dim 64: 32 pairs; Gemma-3's 256: 128)
 RZ_PAIRS_smollm2-135m := 0,4,8,16,32
 RZ_PAIRS_gemma3-270m := 0,16,32,64,128
+RZ_OUT_smollm2-135m := rope-zero-full
+RZ_OUT_gemma3-270m := rope-zero
 
-results-real: $(addprefix results-real-,$(REAL_MODELS)) results-real-ioi
+results-real: $(addprefix results-real-,$(REAL_MODELS)) results-real-ioi results-real-probes
 	$(PY) bench/run_cost.py runs/results-real
 
 results-real-%: setup models
 	$(RI) detect induction --model $* --draws 10 --overwrite --out $(RR)/induction
 	$(RI) detect copy-suppression --model $* --texts sherlock-holmes --overwrite --out $(RR)/copy-suppression
-	$(RI) detect retrieval --model $* $(REAL_NIAH) --lengths 1024,2048,4096 --overwrite --out $(RR)/retrieval
+	$(RI) detect retrieval --model $* $(REAL_NIAH) --lengths $(RET_LENGTHS_$*) --overwrite --out $(RR)/retrieval
+	$(RI) detect retrieval --model $* $(REAL_NIAH) --lengths 1024,2048 --score-norm needle --overwrite \
+		--out $(RR)/retrieval-needle
+	$(RI) detect retrieval --model $* $(REAL_NIAH) --lengths $(LONG_LENGTHS_$*) --overwrite --out $(RR)/retrieval-8k
 	$(RI) ablate --model $* --heads retrieval --from $(RR)/retrieval $(REAL_NIAH) --lengths 1024,2048 --draws 5 \
-		--overwrite --out $(RR)/ablate
+		--overwrite $(ABLATE_$*)
+	for spec in $(KEEP_$*); do set -- $$(echo $$spec | tr : ' '); $(RI) ablate --model $* --heads retrieval \
+		--from $(RR)/retrieval $(KEEP_NIAH) --curve keep --ks $$2 --draws $$3 --overwrite --out $(RR)/$$1 || exit 1; done
 	$(RI) rope-profile --model $* --heads retrieval --from $(RR)/retrieval --haystack sherlock-holmes --n-texts 16 \
 		--n-tokens 512 --overwrite --out $(RR)/rope-profile
 	$(RI) rope-zero --model $* --heads retrieval --from $(RR)/retrieval $(REAL_NIAH) --lengths 1024 --unit pairs \
-		--dims $(RZ_PAIRS_$*) --random-draws 3 --head-draws 2 --overwrite --out $(RR)/rope-zero
+		--dims $(RZ_PAIRS_$*) --random-draws 3 --head-draws 2 --overwrite --out $(RR)/$(RZ_OUT_$*)
+
+# Probes on SmolLM2's residual stream (512 texts x 128 tokens into an activation store), then again from the
+# same store without the first token (its massive activations; docs/results-real.md#positional-and-semantic-subspaces-probes)
+results-real-probes: setup models
+	$(RI) probe --model smollm2-135m --overwrite --out runs/results-real/smollm2-135m/probe
+	$(RI) probe --model smollm2-135m --store runs/results-real/smollm2-135m/probe/store --skip-first 1 --overwrite \
+		--out runs/results-real/smollm2-135m/probe-skip1
 
 # IOI on SmolLM2 (docs/results-real.md#ioi-wang-et-al-2022): 64 held-out pairs per corruption (both names
 # replaced, Wang et al.'s ABC, the repeated name only); exact patching of resid_pre and head_out and AtP-QK of the
