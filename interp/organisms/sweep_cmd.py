@@ -17,9 +17,10 @@ def _err(msg: str) -> int:
 def run_sweep(args, argv: list[str]) -> int:
     import datetime
     import shlex
-    import time
 
-    t0, c0 = time.perf_counter(), time.process_time()
+    from interp.cli.runs import RunContext
+
+    cost = RunContext()  # its clock starts now: run.json's compute record, as every interp run has
 
     import torch
 
@@ -91,8 +92,7 @@ def run_sweep(args, argv: list[str]) -> int:
     (out / "table.md").write_text(table + "\n")
     run = {"command": "interp organisms sweep " + " ".join(shlex.quote(a) for a in argv), "interp_version": __version__,
            "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "warnings": [],
-           "compute": {"wall_seconds": round(time.perf_counter() - t0, 1), "cpu_seconds": round(time.process_time() - c0, 1),
-                       "torch_threads": torch.get_num_threads()}}
+           "compute": cost.compute()}
     write_json(run, out / "run.json")
     index = write_report(out, run)
     print(table)

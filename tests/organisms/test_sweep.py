@@ -186,6 +186,8 @@ def test_the_sweep_command_measures_bundled_builds_and_writes_a_report(tmp_path,
     assert "| 10000 | 1 |" in (out / "table.md").read_text() and "measuring" in first
     for f in ("theta.csv", "run.json", "index.html", "theta_sweep.html", "theta_dose_response.html"):
         assert (out / f).is_file(), f
+    c = json.loads((out / "run.json").read_text())["compute"]  # measuring two builds takes time
+    assert c["wall_seconds"] > 1 and c["cpu_seconds"] > 1 and c["torch_threads"] == 1
     assert main(argv) == 0
     assert "measured already" in capsys.readouterr().out
     assert json.loads((out / "theta.json").read_text())["trend"] == res["trend"]
