@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from interp.cli.output import console, echo, other_rank
+from interp.runtime.cost import Clock
 from interp.runtime.jsonio import dumps, write_json
 from interp.errors import InvalidInputError
 
@@ -29,17 +30,11 @@ class RunContext:
     warnings: list[str] = field(default_factory=list)
     max_memory: dict | None = None
     device_map: str | None = None
-    started: tuple[float, float] = field(default_factory=lambda: (time.perf_counter(), time.process_time()))
+    clock: Clock = field(default_factory=Clock)
 
     def compute(self) -> dict:
-        """Wall and CPU seconds of this call so far (CPU: every thread of this process, so with N busy threads
-        about N x wall), and torch's thread count: what run.json records of the run's cost."""
-        import sys
-
-        wall, cpu = time.perf_counter() - self.started[0], time.process_time() - self.started[1]
-        torch = sys.modules.get("torch")
-        return {"wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1),
-                "torch_threads": torch.get_num_threads() if torch is not None else None}
+        """Wall and CPU seconds of this call so far, and torch's thread count: run.json's record of its cost."""
+        return self.clock.compute()
 
 
 _current = RunContext()

@@ -18,9 +18,9 @@ def run_sweep(args, argv: list[str]) -> int:
     import datetime
     import shlex
 
-    from interp.cli.runs import RunContext
+    from interp.runtime.cost import Clock
 
-    cost = RunContext()  # its clock starts now: run.json's compute record, as every interp run has
+    cost = Clock()  # starts now: run.json's compute record, as every interp run has
 
     import torch
 
