@@ -247,3 +247,28 @@ def test_single_head_sweep_finds_the_circuit():
     assert {"single_head_ablation_heatmap", "ablation_late_loss"} <= set(figs)
     assert list(figs["ablation_late_loss"].data[0].x) == ["baseline", "target"]  # draws=0: no random conditions
     assert figs["induction_vs_copying"].data[0].marker.color[4 + 1] == "crimson"  # L1H1, the induction head
+
+
+@pytest.mark.parametrize("family", ["gemma3", "olmo2"])
+@torch.no_grad()
+def test_ov_scores_read_through_the_post_attention_norm(family):
+    """Negating the post-attention norm's gain negates what the attention sublayer adds to the residual stream
+    (an RMSNorm's scale ignores the sign), so every head's OV copying score must flip sign and its top-k copying
+    become top-k suppression: a score that left the norm out would not move."""
+    from interp.analyses.circuits import ov_scores
+
+    model = interp.Model(tiny_random_hf(family))
+    last = model.spec.n_layers - 1  # the effective embedding (through layer 0) stays as it is
+    toks = torch.arange(3, 60)
+    before = ov_scores(model, toks, k=3, layers=[last])
+    norm = model.adapter.attn_out_module(last)
+    gain = norm(torch.ones(1, model.spec.d_model)).float()[0]  # rms(ones) = 1: the gain itself (eps aside)
+    assert (gain - 1).abs().max() < 1e-2  # the test's premise: a gain far from its negation
+    norm.weight.sub_(2 * gain)  # Gemma's 1 + w and OLMo-2's w both become their negation
+    torch.testing.assert_close(norm(torch.ones(1, model.spec.d_model)).float()[0], -gain, atol=1e-4, rtol=1e-4)
+    after = ov_scores(model, toks, k=3, layers=[last])
+    b, a = np.array(before["copying"][last]), np.array(after["copying"][last])
+    assert np.abs(b).max() > 0.05
+    np.testing.assert_allclose(a, -b, atol=1e-4)
+    assert after["copy_top_k"][last] == before["suppress_top_k"][last]
+    assert after["suppress_top_k"][last] == before["copy_top_k"][last]
