@@ -38,6 +38,8 @@ EXAMPLES = {
     "probe": ["interp probe --model minilm-l6 --out runs/probe", "interp probe --store runs/cache --no-heads"],
     "plan": ["interp plan --model qwen2.5-7b --lengths 4096,8192 --model-dtype bf16 --device cpu",
              "interp plan -m gemma-2-9b --lengths 8192 --analysis detect --batch-size 4 --budget-gib 80 --json"],
+    "compare": ["interp compare runs/ind runs/ind-rerun", "interp compare runs/results-real runs/rerun --rtol 1e-4",
+                "interp compare runs/a runs/b --json"],
     "report": ["interp report runs/demo", "interp report runs/*/"],
     "organisms": ["interp organisms eval tiny-qwen2", "interp organisms eval tiny-llama --no-write",
                   "interp organisms build tiny-llama --threads 2",

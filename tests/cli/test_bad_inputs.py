@@ -246,6 +246,10 @@ CASES = [  # (command line, text the one-line error must contain)
     ("report /nonexistent", "/nonexistent: no such run folder"),
     ("report {folder}", "holds no interp result file"),
     ("report", "Missing argument"),
+    ("compare /nonexistent {folder}", "/nonexistent: no such folder"),
+    ("compare {folder} {folder}", "holds no run (run.json neither in it nor below it)"),
+    ("compare {folder}", "Missing argument"),
+    ("compare {folder} {folder} --rtol -1", "--atol and --rtol must be >= 0"),
     ("organisms build nosuch", "unknown organism 'nosuch'"),
     ("organisms eval nosuch", "no organism 'nosuch'"),
     ("organisms bogus", "invalid choice: 'bogus'"),
@@ -395,7 +399,8 @@ def test_bad_input_exits_2_with_one_line(case, files, capsys, tmp_path, monkeypa
     cache = _tree(Path(files["cache"]))
     args = _argv(text, files)
     o = tmp_path / "o"
-    if "--out" not in args and args[0] not in ("info", "organisms", "report", "plan", "models"):
+    if "--out" not in args and args[0] not in ("info", "organisms", "report", "plan", "models",
+                                                   "compare"):
         args += ["--out", str(o)]
     before = {p: sorted(x.name for x in p.iterdir()) for p in map(Path, files.values()) if len(str(p)) < 512
               and p.is_dir()}
@@ -415,7 +420,7 @@ def test_the_table_covers_every_command_and_is_large():
     cmds = {c[0].split()[0] + (" " + c[0].split()[1] if c[0].startswith("detect") else "") for c in CASES}
     assert "models" in cmds
     wanted = {"detect retrieval", "detect induction", "detect copy-suppression", "ablate", "patch", "rope-zero",
-              "rope-profile", "cache", "probe", "info", "organisms", "report", "plan", "models"}
+              "rope-profile", "cache", "probe", "info", "organisms", "report", "plan", "models", "compare"}
     assert wanted <= cmds, wanted - cmds
     names = {(c.name or c.callback.__name__).replace("_", "-") for c in app.registered_commands}
     assert names - {"models"} <= {w.split()[0] for w in wanted}, names
