@@ -97,6 +97,7 @@ results-%: setup
 # command as the doc quotes it. One target per model (`make results-real-smollm2-135m`), one torch thread each, so
 # the two run side by side on two cores; SmolLM2's IOI (results-real-ioi) and probes (results-real-probes) apart.
 # NIAH on a real book (Sherlock Holmes, `interp texts`) with the standard needles, 5 depths x 4 seeds.
+# Cost: 9.1 CPU-hours in all, at least 5.5 h with `make -j2 results-real` (docs/results-real.md, per run).
 REAL_MODELS := smollm2-135m gemma3-270m
 RR = runs/results-real/$*
 RI := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $(I)
