@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     from interp.errors import InterpError
     from interp.cli import runs
     from interp.cli.runs import commit_staged
+    from interp.runtime import interrupt
 
     import functools
     import warnings
@@ -93,36 +94,39 @@ def main(argv: list[str] | None = None) -> None:
     for n in notes:
         warnings.warn(InterpWarning(n))
     ok = refused = False
-    try:
-        rc = app(args=argv, prog_name="interp", standalone_mode=False)  # non-standalone click returns typer.Exit's code
-        if not (isinstance(rc, int) and rc != 0):
-            commit_staged(True)  # the files reach --out, run.json last; refuses to mix two runs
-            ok = True
-    except InterpError as e:
-        from interp.cli.output import console, other_rank
+    with interrupt.watch():
+        try:
+            rc = app(args=argv, prog_name="interp", standalone_mode=False)  # returns typer.Exit's code
+            if interrupt.received() and rc in (0, None):  # a Ctrl-C the run swallowed: still an interrupted run
+                raise KeyboardInterrupt
+            if not (isinstance(rc, int) and rc != 0):
+                commit_staged(True)  # the files reach --out, run.json last; refuses to mix two runs
+                ok = True
+        except InterpError as e:
+            from interp.cli.output import console, other_rank
 
-        refused = True
-        where = f" (rank {os.environ.get('RANK')})" if other_rank() else ""
-        console(every_rank=True).print(f"[bold red]error{where}:[/] {e}", highlight=False, soft_wrap=True)
-        sys.exit(2)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except Exception as e:
-        # typer vendors click; its usage errors carry show() and exit_code (2): one line, like our own errors
-        if hasattr(e, "show") and hasattr(e, "exit_code"):
-            if type(e).__name__ == "NoArgsIsHelpError" or not hasattr(e, "format_message"):
-                e.show()
-            else:
-                ctx = getattr(e, "ctx", None)
-                where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-                print(f"error: {e.format_message()}{where}", file=sys.stderr)
-            sys.exit(e.exit_code)
-        if type(e).__name__ == "Abort":
-            sys.exit(1)
-        raise
-    finally:
-        commit_staged(False)  # whatever is still staged (a failed run) is dropped: --out stays as it was
-        _end_sweep(ok, refused)
+            refused = True
+            where = f" (rank {os.environ.get('RANK')})" if other_rank() else ""
+            console(every_rank=True).print(f"[bold red]error{where}:[/] {e}", highlight=False, soft_wrap=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            sys.exit(130)
+        except Exception as e:
+            # typer vendors click; its usage errors carry show() and exit_code (2): one line, like our own errors
+            if hasattr(e, "show") and hasattr(e, "exit_code"):
+                if type(e).__name__ == "NoArgsIsHelpError" or not hasattr(e, "format_message"):
+                    e.show()
+                else:
+                    ctx = getattr(e, "ctx", None)
+                    where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+                    print(f"error: {e.format_message()}{where}", file=sys.stderr)
+                sys.exit(e.exit_code)
+            if type(e).__name__ == "Abort":
+                sys.exit(1)
+            raise
+        finally:
+            commit_staged(False)  # whatever is still staged (a failed run) is dropped: --out stays as it was
+            _end_sweep(ok, refused)
         warnings.showwarning = shown
     if isinstance(rc, int) and rc != 0:
         sys.exit(rc)

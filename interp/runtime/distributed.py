@@ -34,6 +34,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from interp.runtime import interrupt
+
 
 @dataclass(frozen=True)
 class World:
@@ -284,6 +286,7 @@ def map_units(name: str, n: int, fn: Callable[[int], Any], key: str = "",
     mine: dict[int, Any] = {}
     computed = reused = 0
     for i in range(w.rank, n, w.size):
+        interrupt.check()  # a Ctrl-C swallowed somewhere inside the last unit stops the sweep here
         f = folder / f"{i:05d}.json" if folder is not None else None
         value = _read(f, name, key) if f is not None else None
         if value is not None:

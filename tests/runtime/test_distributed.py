@@ -216,3 +216,39 @@ def test_interrupted_single_process_sweep_says_so_and_resumes(tmp_path):
     assert r.returncode == 0, r.stderr
     sweep = json.loads((out / "run.json").read_text())["sweep"]
     assert sweep["reused"] == kept and sweep["computed"] == sweep["units"] - kept
+
+
+def test_a_ctrl_c_swallowed_inside_a_unit_still_stops_the_sweep(tmp_path, capsys, monkeypatch):
+    """SIGINT whose KeyboardInterrupt some code catches and drops (as Python does for one raised in a destructor
+    the garbage collector runs): the sweep stops before its next unit, exit 130, the finished units kept and
+    named; without the SIGINT record the run would finish and write a result as if Ctrl-C had not been pressed."""
+    from tests.helpers import run_cli
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # what the CLI replaces while it runs
+    calls = []
+    real = distributed.normalize
+
+    def normalize(result):
+        calls.append(1)
+        if len(calls) == 2:
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)  # the handler runs here and raises; the exception is dropped
+            except KeyboardInterrupt:
+                pass
+        return real(result)
+
+    monkeypatch.setattr(distributed, "normalize", normalize)
+    args = ["ablate", "--heads", "L2H4", "--draws", "1", "--lengths", "256", "--depths", "0,1", "--n-seeds", "2",
+            "--batch-size", "1"]
+    out = tmp_path / "run"
+    code, _, err = run_cli(args + ["--out", str(out)], capsys)
+    units = list((tmp_path / ".run.units").glob("*/*/*.json"))
+    assert code == 130 and len(calls) == 2 and len(units) == 2, (code, len(calls), err)
+    assert "2 finished sweep units kept in" in err and not (out / "run.json").exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    monkeypatch.setattr(distributed, "normalize", real)
+    code, _, err = run_cli(args + ["--out", str(out)], capsys)
+    assert code == 0, err
+    sweep = json.loads((out / "run.json").read_text())["sweep"]
+    assert sweep["reused"] == 2 and sweep["computed"] == sweep["units"] - 2
