@@ -194,6 +194,13 @@ def test_replica_gpus_and_memory_per_rank():
     assert distributed.replica_max_memory({"cpu": "9GiB"}, [0], {0: 1}, 5) == {0: 1, "cpu": "9GiB"}
 
 
+def _sigint_default():
+    """In the child: SIGINT back to its default action, so that Python installs its KeyboardInterrupt handler even
+    when this suite was started in the background of a non-interactive shell (which starts it with SIGINT ignored,
+    and an ignored SIGINT is inherited: then Ctrl-C does nothing, as the launcher asked)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_interrupted_single_process_sweep_says_so_and_resumes(tmp_path):
     """Ctrl-C (SIGINT) mid-sweep in one process: exit 130, the kept units are named on stderr, the rerun
     reads them back."""
@@ -201,7 +208,7 @@ def test_interrupted_single_process_sweep_says_so_and_resumes(tmp_path):
             "--n-seeds", "4", "--batch-size", "1"]
     out = tmp_path / "run"
     proc = subprocess.Popen([str(BIN / "interp"), *args, "--out", str(out)], env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_default)
     units, deadline = tmp_path / ".run.units", time.time() + 300
     while time.time() < deadline and proc.poll() is None and len(list(units.glob("*/*/*.json"))) < 3:
         time.sleep(0.05)
@@ -222,9 +229,16 @@ def test_a_ctrl_c_swallowed_inside_a_unit_still_stops_the_sweep(tmp_path, capsys
     """SIGINT whose KeyboardInterrupt some code catches and drops (as Python does for one raised in a destructor
     the garbage collector runs): the sweep stops before its next unit, exit 130, the finished units kept and
     named; without the SIGINT record the run would finish and write a result as if Ctrl-C had not been pressed."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a background launch may ignore SIGINT
+    try:
+        _swallowed_ctrl_c(tmp_path, capsys, monkeypatch)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _swallowed_ctrl_c(tmp_path, capsys, monkeypatch):
     from tests.helpers import run_cli
 
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # what the CLI replaces while it runs
     calls = []
     real = distributed.normalize
 
