@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-SELF_RECORDS = ("provenance", "compute")  # what a run says about itself, not what it measured
+SELF_RECORDS = ("provenance",)  # what a run says about itself, not what it measured (its cost is in run.json)
 SETTINGS = ("config",)
 
 
