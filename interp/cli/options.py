@@ -198,7 +198,9 @@ MAX_MEMORY = typer.Option(None, "--max-memory", help="Memory per device, e.g. 0=
                           "--device-map accelerate's placement limits; the budget of --batch-size auto (a given "
                           "batch size is checked against it).")
 DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:1, ... (default: cuda if available).")
-DTYPE = typer.Option(None, "--model-dtype", help="float32, bfloat16, float16 (default: float32 on CPU, bf16 on CUDA).")
+DTYPE = typer.Option(None, "--model-dtype", help="auto, float32, bfloat16, float16 (default: float32 on CPU, bf16 on "
+                     "CUDA; auto: bf16 on CUDA and on CPUs with bf16 matrix instructions, else float32; run.json "
+                     "records the choice). Attention rows, scores and logits stay float32 (docs/precision.md).")
 OUT = typer.Option(None, "--out", "-o", help="Output directory (default: runs/<command>-<model>-<time>).")
 JSON = typer.Option(False, "--json", help="Print the result JSON on stdout.")
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace the run already in --out (its files go; others stay).")

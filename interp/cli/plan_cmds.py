@@ -32,7 +32,7 @@ def plan(model: Optional[str] = typer.Option(None, "--model", "-m", help="Alias 
                                                     "free memory)."),
          device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:1, ... whose free memory "
                                               "is the budget (default: cuda if available)."),
-         model_dtype: Optional[str] = typer.Option(None, "--model-dtype", help="float32, bfloat16, float16 "
+         model_dtype: Optional[str] = typer.Option(None, "--model-dtype", help="auto, float32, bfloat16, float16 "
                                                    "(default: float32 on CPU, bf16 on CUDA)."),
          as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout.")):
     """Estimate peak memory per prompt length (weights, KV cache, activations, logits, attention rows, clean
@@ -48,6 +48,10 @@ def plan(model: Optional[str] = typer.Option(None, "--model", "-m", help="Alias 
     if min(lens) < 1:
         raise InvalidInputError(f"--lengths must be positive, got {lengths!r}")
     dev = resolve_device(device)
+    if model_dtype is not None and model_dtype.strip().lower() == "auto":
+        from interp.runtime.precision import auto_dtype
+
+        model_dtype = auto_dtype(dev).used
     dtype = model_dtype or ("float32" if dev.type == "cpu" else "bfloat16")
     budget = int(budget_gib * 2 ** 30) if budget_gib is not None else default_budget(dev)
     kw = dict(new_tokens=new_tokens, sites=tuple(s.strip() for s in sites.split(",") if s.strip())

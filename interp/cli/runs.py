@@ -31,6 +31,7 @@ class RunContext:
     max_memory: dict | None = None
     device_map: str | None = None
     clock: Clock = field(default_factory=Clock)
+    dtype: dict | None = None  # the model dtype asked, used and why (DtypeChoice): run.json's "dtype"
 
     def compute(self) -> dict:
         """Wall and CPU seconds of this call so far, and torch's thread count: run.json's record of its cost."""
@@ -191,6 +192,8 @@ def _commit(stage: Path, final: Path, overwrite: bool) -> None:
     marker = {"format": "interp-run", "command": " ".join(["interp", *current().argv]), "files": [],
               "interp_version": __version__, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "warnings": list(dict.fromkeys(current().warnings)), "compute": current().compute()}
+    if current().dtype is not None:
+        marker["dtype"] = current().dtype
     sw = distributed.current()
     if sw is not None and sw.units:  # sharded / resumable work units: how many, where they were computed
         marker["sweep"] = sw.summary()
@@ -292,5 +295,14 @@ def open_run(command: str, out, overwrite: bool, name, device, dtype, revision=N
     o = out_dir(out, command, model_label(name), overwrite=overwrite)
     mm = parse_max_memory(max_memory)
     current().max_memory, current().device_map = mm, device_map  # without a device map: --batch-size's budget only
-    return o, load_model(model_label(name), device=device, dtype=dtype, revision=revision, device_map=device_map,
-                         max_memory=mm if device_map is not None else None)
+    m = load_model(model_label(name), device=device, dtype=dtype, revision=revision, device_map=device_map,
+                   max_memory=mm if device_map is not None else None)
+    record_dtype(m)
+    return o, m
+
+
+def record_dtype(model) -> None:
+    """Note the model's dtype choice (asked, used, reason) for this call's run.json."""
+    choice = getattr(model, "dtype_choice", None)
+    if choice is not None:
+        current().dtype = choice.to_dict()

@@ -24,7 +24,8 @@ N_SEQ = typer.Option(None, "--n-sequences", "-n", min=1, help="Texts to use (cor
 MAX_LEN = typer.Option(128, "--max-length", min=2, help="Tokens per sequence (longer texts are truncated).")
 BATCH = batch_option(16, "Sequences")
 DEVICE = typer.Option(None, "--device", help="cpu, cuda, cuda:1, ... (default: cuda if available).")
-MODEL_DTYPE = typer.Option(None, "--model-dtype", help="float32, bfloat16, float16 (default: float32 on CPU).")
+MODEL_DTYPE = typer.Option(None, "--model-dtype", help="auto, float32, bfloat16, float16 (default: float32 on CPU, "
+                           "bf16 on CUDA; auto: bf16 where the CPU multiplies it natively). The store keeps float32.")
 JSON = typer.Option(False, "--json", help="Print the result JSON on stdout.")
 
 
@@ -35,8 +36,12 @@ def _load(name: Optional[str], device, dtype, revision=None, device_map=None, ma
 
     mm = parse_max_memory(max_memory)
     current().max_memory, current().device_map = mm, device_map  # without a device map: --batch-size's budget only
-    return load_model(model_label(name), device=device, dtype=dtype, revision=revision,
-                      device_map=device_map, max_memory=mm if device_map is not None else None)
+    from interp.cli.runs import record_dtype
+
+    m = load_model(model_label(name), device=device, dtype=dtype, revision=revision,
+                   device_map=device_map, max_memory=mm if device_map is not None else None)
+    record_dtype(m)
+    return m
 
 
 def _cache_batch(m, batch_size, cfg) -> int:

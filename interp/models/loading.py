@@ -14,10 +14,9 @@ from interp.models.catalog import (DEFAULT_MODEL, HUB_ALIASES, ModelEntry, bundl
                       list_models, minilm_path)
 from interp.errors import InvalidInputError, ModelNotFoundError, UnsupportedModelError
 from interp.runtime.devices import resolve_device
+from interp.runtime.precision import DTYPES, choose_dtype
 
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # accelerate's big-model strategies
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16}
 
 
 def resolve(name: str) -> tuple[str, str]:
@@ -211,7 +210,9 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
     `interp.Model`. A GGUF is dequantised once into interp's cache (`interp.models.gguf`); later loads read that copy.
 
     device: "cpu", "cuda", "cuda:1", "mps"... (default: cuda if available, else cpu). dtype: a torch
-    dtype or its name (default float32 on CPU, bfloat16 on CUDA). device_map (accelerate's big-model
+    dtype, its name, or "auto" (bfloat16 on CUDA and on CPUs with bfloat16 matrix instructions, else float32:
+    `interp.runtime.precision`); default float32 on CPU, bfloat16 on CUDA. `model.dtype_choice` says what was
+    asked, used and why. device_map (accelerate's big-model
     loading: "auto", "balanced", "balanced_low_0", "sequential" or a {module: device} dict, "disk"
     included), `max_memory` ({0: "20GiB", "cpu": "60GiB"}) and `offload_folder` (for layers offloaded to
     disk; default: a temporary folder) are passed to transformers; interventions apply to layers on any
@@ -222,9 +223,9 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
     from interp.models.model import Model
 
     if isinstance(dtype, str):
-        if dtype not in DTYPES:
-            raise InvalidInputError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
-        dtype = DTYPES[dtype]
+        dtype = dtype.strip()
+        if dtype.lower() != "auto" and dtype not in DTYPES:
+            raise InvalidInputError(f"unknown dtype {dtype!r}; valid: auto, {', '.join(DTYPES)}")
     if device is not None and device_map is not None:
         raise InvalidInputError("give a device or a device map, not both (--device or --device-map)")
     if max_memory is not None and device_map is None:
@@ -233,8 +234,8 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
         device = resolve_device(device)
     elif isinstance(device_map, str) and device_map not in DEVICE_MAPS:
         raise InvalidInputError(f"unknown device map {device_map!r}; valid: {', '.join(DEVICE_MAPS)} (or a dict)")
-    if dtype is None:
-        dtype = default_dtype(device, device_map, torch.cuda.is_available())
+    dtype, choice = choose_dtype(dtype, None if device_map is not None else device, device_map,
+                                 default=default_dtype(device, device_map, torch.cuda.is_available()))
 
     kind, source = _materialised(name_or_path)
     rev = _revision_kw(kind, name_or_path, revision)
@@ -247,7 +248,9 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
         hf = tiny_random_hf(source, gqa=source in GQA_FAMILIES,
                             attn_implementation=attn_implementation)
         hf = hf.to(device=device, dtype=dtype)
-        return Model(hf, None, name=name_or_path, source="interp.models.tiny")
+        m = Model(hf, None, name=name_or_path, source="interp.models.tiny")
+        m.dtype_choice = choice
+        return m
 
     config = load_config(name_or_path, revision)
     cls = adapter_class(config.model_type)
@@ -299,7 +302,9 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
         tok = None  # weights without tokenizer files: work on token ids; model.tokenize() says so
     if device_map is None:
         hf = hf.to(device)
-    return Model(hf, tok, name=name_or_path, source=source)
+    m = Model(hf, tok, name=name_or_path, source=source)
+    m.dtype_choice = choice
+    return m
 
 
 @contextlib.contextmanager

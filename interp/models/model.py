@@ -142,6 +142,11 @@ class Model:
         self.adapter: Adapter = adapter_for(hf)
         self.spec: ModelSpec = self.adapter.spec()
         self._state = install(hf, self.adapter, self.spec)
+        from interp.hooks.float_logits import install_float32_logits
+
+        if not hasattr(hf, "_interp_float32_head"):  # once per transformers model (a second Model reuses it)
+            hf._interp_float32_head = install_float32_logits(hf)
+        self.dtype_choice = None  # interp.runtime.precision.DtypeChoice when load_model made it
         params = inspect.signature(hf.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._position_warned: set[int] = set()  # max_positions limits already warned about (check_positions)
@@ -154,6 +159,19 @@ class Model:
         s = self.spec
         return (f"Model({self.name!r}, {s.architecture}, layers={s.n_layers}, heads={s.n_heads}, "
                 f"kv_heads={s.n_kv_heads}, head_dim={s.head_dim})")
+
+    @property
+    def float32_logits(self) -> bool:
+        """Whether a bfloat16 / float16 model's logits are computed in float32 from its final hidden state (True,
+        the default: interp.hooks.float_logits); False gives the model's own low-precision logits."""
+        head = self.hf.get_output_embeddings() if hasattr(self.hf, "get_output_embeddings") else None
+        return head is not None and getattr(head, "_interp_float32_logits", True)
+
+    @float32_logits.setter
+    def float32_logits(self, enabled: bool) -> None:
+        from interp.hooks.float_logits import set_float32_logits
+
+        set_float32_logits(self.hf, enabled)
 
     @property
     def device(self) -> torch.device:
