@@ -1,0 +1,251 @@
+"""bfloat16 vs float32 on one real model: the verdicts of the precision study (docs/precision.md).
+
+Reads the two run folders that `bash bench/precision_runs.sh MODEL float32|bfloat16` wrote
+(runs/precision/MODEL/{float32,bfloat16}/<analysis>) and compares them number by number, then loads the model in
+both dtypes and compares logits on the book (max |diff|, top-1 agreement, KL, loss) and attention rows against
+float32 eager attention weights. Writes bench/results/precision-MODEL.json and prints a Markdown table.
+
+    python bench/precision_compare.py smollm2-135m [--root runs/precision] [--no-forward]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+DTYPES = ("float32", "bfloat16")
+
+
+def _load(root: Path, model: str, analysis: str, name: str) -> dict | None:
+    out = {}
+    for d in DTYPES:
+        f = root / model / d / analysis / name
+        if not (root / model / d / analysis / "run.json").is_file() or not f.is_file():
+            return None
+        out[d] = json.loads(f.read_text())
+    return out
+
+
+def _cost(root: Path, model: str, analysis: str) -> dict:
+    out = {}
+    for d in DTYPES:
+        f = root / model / d / analysis / "run.json"
+        if f.is_file():
+            c = json.loads(f.read_text()).get("compute") or {}
+            out[d] = c.get("cpu_s")
+    if all(out.get(d) for d in DTYPES):
+        out["ratio"] = out["float32"] / out["bfloat16"]
+    return out
+
+
+def _jaccard(a, b) -> float:
+    a, b = set(a), set(b)
+    return len(a & b) / len(a | b) if a | b else 1.0
+
+
+def _flat(m) -> np.ndarray:
+    return np.asarray(m, dtype=float).ravel()
+
+
+def _spearman(a, b) -> float:
+    a, b = _flat(a), _flat(b)
+    ok = np.isfinite(a) & np.isfinite(b)
+    return float(stats.spearmanr(a[ok], b[ok]).statistic)
+
+
+def _pearson(a, b) -> float:
+    a, b = _flat(a), _flat(b)
+    ok = np.isfinite(a) & np.isfinite(b)
+    return float(stats.pearsonr(a[ok], b[ok]).statistic)
+
+
+def _maxdiff(a, b) -> float:
+    a, b = _flat(a), _flat(b)
+    ok = np.isfinite(a) & np.isfinite(b)
+    return float(np.max(np.abs(a[ok] - b[ok]))) if ok.any() else float("nan")
+
+
+def _ci(c: dict) -> list:
+    return [c.get("diff"), c.get("diff_lo"), c.get("diff_hi"), c.get("p_value")]
+
+
+def _excludes_zero(c: dict) -> bool:
+    return (c["diff_lo"] > 0) or (c["diff_hi"] < 0)
+
+
+def retrieval(r: dict) -> dict:
+    f, b = r["float32"], r["bfloat16"]
+    return {"heads": {d: r[d]["heads"] for d in DTYPES}, "n_heads": {d: len(r[d]["heads"]) for d in DTYPES},
+            "jaccard": _jaccard(f["heads"], b["heads"]), "spearman_scores": _spearman(f["scores"], b["scores"]),
+            "max_abs_score_diff": _maxdiff(f["scores"], b["scores"]),
+            "baseline_recall": {d: r[d]["baseline_recall"] for d in DTYPES},
+            "by_length_jaccard": {d: r[d].get("jaccard_by_length") for d in DTYPES}}
+
+
+def induction(r: dict) -> dict:
+    f, b = r["float32"], r["bfloat16"]
+    out = {"induction_heads": {d: r[d]["induction_heads"] for d in DTYPES},
+           "same_set": set(f["induction_heads"]) == set(b["induction_heads"]),
+           "prev_token_jaccard": _jaccard(f["prev_token_heads"], b["prev_token_heads"])}
+    for k in ("induction", "prev_token", "copying"):
+        out[f"spearman_{k}"] = _spearman(f["scores"][k], b["scores"][k])
+        out[f"max_abs_diff_{k}"] = _maxdiff(f["scores"][k], b["scores"][k])
+    tv = {d: r[d]["causal"].get("target_vs_random_late_loss") for d in DTYPES}
+    out["ablation_target_vs_random"] = {d: _ci(tv[d]) for d in DTYPES if tv[d]}
+    out["verdict_same"] = bool(all(tv.values()) and _excludes_zero(tv["float32"]) == _excludes_zero(tv["bfloat16"])
+                               and np.sign(tv["float32"]["diff"]) == np.sign(tv["bfloat16"]["diff"]))
+    return out
+
+
+def ablate(r: dict) -> dict:
+    out = {}
+    for d in DTYPES:
+        a = r[d]
+        cond = {c["name"]: c for c in a["conditions"]}
+        out[d] = {"heads": len(a["heads"]), "baseline": cond["baseline"]["estimates"]["recall"]["mean"],
+                  "target": cond["target"]["estimates"]["recall"]["mean"],
+                  "random_pooled": a["random_pooled"]["estimates"]["recall"]["mean"],
+                  "target_vs_random": _ci(a["target_vs_random"])}
+    tf, tb = r["float32"]["target_vs_random"], r["bfloat16"]["target_vs_random"]
+    out["verdict_same"] = bool(_excludes_zero(tf) == _excludes_zero(tb) and np.sign(tf["diff"]) == np.sign(tb["diff"]))
+    return out
+
+
+def rope_profile(r: dict) -> dict:
+    out = {}
+    for d in DTYPES:
+        comps = r[d].get("comparisons") or {r[d]["statistic"]: r[d]["comparison"]}
+        out[d] = {k: [c["cohens_d"], *c["cohens_d_ci"], c["layer_clustered_permutation"]["p_value"]]
+                  for k, c in comps.items()}
+    out["spearman_usage"] = _spearman(r["float32"]["usage"], r["bfloat16"]["usage"])
+    out["max_abs_usage_diff"] = _maxdiff(r["float32"]["usage"], r["bfloat16"]["usage"])
+    same = []
+    for k in out["float32"]:
+        if k in out["bfloat16"]:
+            f, b = out["float32"][k], out["bfloat16"][k]
+            same.append(((f[1] > 0) or (f[2] < 0)) == ((b[1] > 0) or (b[2] < 0)) and (f[3] < 0.05) == (b[3] < 0.05))
+    out["verdict_same"] = bool(same and all(same))
+    return out
+
+
+def rope_zero(r: dict) -> dict:
+    out = {}
+    for d in DTYPES:
+        out[d] = [{"dose": x["dose"], "target": x["target"]["metric"]["mean"],
+                   "random_dims": x["random_pooled"]["metric"]["mean"] if x.get("random_pooled") else None,
+                   "matched_heads": x["matched_pooled"]["metric"]["mean"] if x.get("matched_pooled") else None,
+                   "task_loss_diff": ((x.get("task") or {}).get("vs_baseline") or {}).get("diff"),
+                   "target_vs_random": _ci(x["target_vs_random_dims"]) if x.get("target_vs_random_dims") else None,
+                   "target_vs_matched": _ci(x["target_vs_matched_heads"]) if x.get("target_vs_matched_heads") else None}
+                  for x in r[d]["doses"]]
+        out[d].insert(0, {"dose": 0, "target": r[d]["baseline"]["metric"]["mean"]})
+    same = []
+    for f, b in zip(out["float32"][1:], out["bfloat16"][1:]):
+        for k in ("target_vs_random", "target_vs_matched"):
+            if f.get(k) and b.get(k) and None not in f[k][:3] and None not in b[k][:3]:
+                ef, eb = (f[k][1] > 0) or (f[k][2] < 0), (b[k][1] > 0) or (b[k][2] < 0)
+                same.append(ef == eb)
+    out["ci_verdicts_same"] = f"{sum(same)} of {len(same)}"
+    out["verdict_same"] = bool(same) and all(same)
+    return out
+
+
+def patching(r: dict) -> dict:
+    out = {}
+    for site in r["float32"]["sites"]:
+        f, b = r["float32"]["sites"][site]["mean"], r["bfloat16"]["sites"][site]["mean"]
+        out[site] = {"pearson": _pearson(f, b), "max_abs_diff": _maxdiff(f, b),
+                     "argmax_same": int(np.nanargmax(_flat(f))) == int(np.nanargmax(_flat(b)))}
+    out["clean_minus_corrupt"] = {d: float(np.mean(np.asarray(r[d]["base_value"]) - np.asarray(r[d]["donor_value"])))
+                                  for d in DTYPES}
+    ver = {d: r[d].get("verification") for d in DTYPES}
+    if all(ver.values()):
+        out["atp_vs_exact"] = {d: {s: {k: v[k] for k in ("pearson", "spearman", "top_k_recall") if k in v}
+                                   for s, v in ver[d].items()} for d in DTYPES}
+    return out
+
+
+def probe(r: dict) -> dict:
+    out = {}
+    for d in DTYPES:
+        out[d] = {L["site"]: [L["position"]["r2_test"], L["category"]["acc_test"]] for L in r[d]["layers"]}
+    r2 = [(out["float32"][s][0], out["bfloat16"][s][0]) for s in out["float32"] if s in out["bfloat16"]]
+    out["max_abs_r2_diff"] = max(abs(a - b) for a, b in r2)
+    return out
+
+
+def forward_checks(model: str, n_texts: int = 4, n_tokens: int = 1024, row_positions: int = 4) -> dict:
+    """Logits of the model in bfloat16 vs float32 on book text, and attention rows of the bf16 model vs eager
+    float32 attention weights at the last `row_positions` positions of one text, every layer."""
+    import torch
+
+    import interp
+    from interp.tasks.texts import text_path
+
+    path = text_path("sherlock-holmes")
+    if path is None:
+        raise SystemExit("the book is not fetched: interp texts fetch sherlock-holmes")
+    text = Path(path).read_text(encoding="utf-8")
+    m32 = interp.load_model(model, dtype="float32")
+    m16 = interp.load_model(model, dtype="bfloat16")
+    ids = m32.tokenizer(text[200_000:400_000], add_special_tokens=False)["input_ids"]
+    chunks = torch.tensor([ids[i * n_tokens:(i + 1) * n_tokens] for i in range(n_texts)])
+    with torch.no_grad():
+        a = m32.forward(chunks).float()
+        b = m16.forward(chunks).float()
+    la, lb = torch.log_softmax(a, -1), torch.log_softmax(b, -1)
+    kl = (la.exp() * (la - lb)).sum(-1)
+    tgt = chunks[:, 1:]
+    loss = [float(-x[:, :-1].gather(-1, tgt[..., None]).mean()) for x in (la, lb)]
+    out = {"tokens": int(chunks.numel()), "max_abs_logit_diff": float((a - b).abs().max()),
+           "mean_abs_logit_diff": float((a - b).abs().mean()), "top1_agreement": float((a.argmax(-1) == b.argmax(-1))
+                                                                                   .float().mean()),
+           "kl_mean": float(kl.mean()), "kl_max": float(kl.max()), "loss": {"float32": loss[0], "bfloat16": loss[1]}}
+    del a, b, la, lb
+    eager = interp.load_model(model, dtype="float32", attn_implementation="eager")
+    pos = list(range(n_tokens - row_positions, n_tokens))
+    with torch.no_grad():
+        att = eager.hf(input_ids=chunks[:1], output_attentions=True).attentions
+    rows = interp.attention_rows(m16, chunks[:1], pos)
+    diffs = [float((rows[:, layer] - w[:, :, pos, :].float()).abs().max()) for layer, w in enumerate(att)]
+    top = [float((rows[:, layer].argmax(-1) == w[:, :, pos, :].argmax(-1)).float().mean()) for layer, w in enumerate(att)]
+    out["rows_vs_eager_float32"] = {"positions": pos, "max_abs_diff": max(diffs), "by_layer": diffs,
+                                    "top1_source_agreement": float(np.mean(top))}
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("model")
+    p.add_argument("--root", default="runs/precision")
+    p.add_argument("--no-forward", action="store_true", help="skip the logits / rows comparison (loads the model)")
+    p.add_argument("--out", default=None)
+    a = p.parse_args(argv)
+    root = Path(a.root)
+    res = {"model": a.model, "dtypes": list(DTYPES), "root": str(root), "analyses": {}, "cpu_s": {}}
+    table = {"retrieval": ("retrieval.json", retrieval), "induction": ("induction.json", induction),
+             "ablate": ("ablation.json", ablate), "rope-profile": ("rope_profile.json", rope_profile),
+             "rope-zero": ("rope_zero.json", rope_zero), "ioi-resid": ("patching.json", patching),
+             "ioi-atp": ("patching.json", patching), "probe": ("probes.json", probe)}
+    for name, (file, fn) in table.items():
+        r = _load(root, a.model, name, file)
+        res["cpu_s"][name] = _cost(root, a.model, name)
+        if r is not None:
+            res["analyses"][name] = fn(r)
+    if not a.no_forward:
+        res["forward"] = forward_checks(a.model)
+    out = Path(a.out or f"bench/results/precision-{a.model}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x))
+    print(json.dumps(res, indent=1)[:20000])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+#!/usr/bin/env python
+"""float32 vs bfloat16 on the CPU: time and peak memory of interp's main kinds of work, and how close its forward
+comes to the machine's matmul peak (docs/precision.md, docs/benchmarks.md).
+
+Each measurement runs in a fresh process (one torch thread unless `--threads`), the model loaded before the clock
+starts; the same work in float32 and in bfloat16 side by side, records named by dtype ("float32" / "bfloat16"):
+
+- forward: one batch of book text (B x T tokens), logits of every position;
+- rows: interp's attention rows (4 last queries, every head) of one T-token text;
+- detect: retrieval-head detection on NIAH prompts of T tokens (prefill + greedy decoding + rows per step);
+- ablate: a forward with 25% of the heads zero-ablated;
+- patch: a full resid_pre exact-patching grid (every layer x every position) on IOI pairs;
+- atp: attribution patching (AtP-QK) of head_out and resid_pre on the same pairs, no exact check;
+- matmul: this machine's measured matmul peak in each dtype (the shapes of the model's MLP and a 2048-cube),
+  against which the forward's achieved FLOP rate is set (the physical-limit row).
+
+    python bench/precision_speed.py --model smollm2-135m            # bench/results/precision-speed-smollm2-135m-cpu.json
+    python bench/precision_speed.py --model smollm2-135m --only forward --threads 2 --out ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import PeakMemory, add_common_args, bench_env, parse_and_setup, run_child, setup_torch  # noqa: E402
+
+DTYPES = ("float32", "bfloat16")
+WORKS = ("matmul", "forward", "rows", "detect", "ablate", "patch", "atp")
+
+
+def _book_ids(tok, n: int, seed: int = 0) -> list[int]:
+    from interp.tasks.texts import text_path
+
+    p = text_path("sherlock-holmes")
+    if p is None:
+        raise SystemExit("the book is not fetched: interp texts fetch sherlock-holmes")
+    ids = tok(Path(p).read_text(encoding="utf-8")[100_000:100_000 + 12 * n], add_special_tokens=False)["input_ids"]
+    if len(ids) < n:
+        raise SystemExit(f"book slice has {len(ids)} tokens, need {n}")
+    return ids[:n]
+
+
+def forward_flops(model, batch: int, seq: int) -> float:
+    """Multiply-adds x 2 of one forward: every linear layer of the decoder blocks and the output head per token,
+    plus causal attention's q.k and weights.v (about T/2 keys per query on average)."""
+    import torch
+
+    spec = model.spec
+    head_mod = model.hf.get_output_embeddings()
+    blocks = sum(m.weight.numel() for m in model.hf.modules() if isinstance(m, torch.nn.Linear) and m is not head_mod)
+    head = head_mod.weight.numel()
+    attn = 2 * 2 * spec.n_layers * spec.n_heads * spec.head_dim * (seq + 1) / 2
+    return 2.0 * batch * seq * (blocks + head) + batch * seq * attn
+
+
+def _timed(fn, repeats: int, device: str = "cpu") -> dict:
+    fn()  # warm-up: kernel selection, lazy init
+    wall, cpu = [], []
+    with PeakMemory(device) as pm:
+        for _ in range(repeats):
+            t0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            wall.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+    return {"wall_s": wall, "cpu_s": cpu, "median_cpu_s": statistics.median(cpu),
+            "median_wall_s": statistics.median(wall), "peak_bytes": pm.peak, "mem_method": pm.method}
+
+
+def child_main(spec: dict) -> None:
+    torch = setup_torch(spec["threads"])
+    import interp
+
+    work, dtype, T, reps = spec["work"], spec["dtype"], spec["seq"], spec["repeats"]
+    dt = getattr(torch, dtype)
+    out = {}
+    if work == "matmul":
+        from interp.models.loading import load_config
+
+        c = load_config(spec["model"])
+        shapes = [(T, c.hidden_size, c.intermediate_size), (2048, 2048, 2048)]
+        rows = []
+        for m, k, n in shapes:
+            a, b = torch.randn(m, k, dtype=dt), torch.randn(k, n, dtype=dt)
+            r = _timed(lambda: a @ b, reps)
+            rows.append({"shape": [m, k, n], "gflops": 2 * m * k * n / r["median_wall_s"] / 1e9, **r})
+        print("RESULT " + json.dumps({"matmul": rows}))
+        return
+    model = interp.load_model(spec["model"], dtype=dtype)
+    tok = model.tokenizer
+    with torch.no_grad():
+        if work in ("forward", "ablate"):
+            ids = torch.tensor(_book_ids(tok, spec["batch"] * T)).reshape(spec["batch"], T)
+            if work == "forward":
+                r = _timed(lambda: model.forward(ids), reps)
+            else:
+                s = model.spec
+                heads = [f"L{l}H{h}" for l in range(s.n_layers) for h in range(s.n_heads) if (l * s.n_heads + h) % 4 == 0]
+                with model.intervene(interp.AblateHeads(heads, mode="zero")):
+                    r = _timed(lambda: model.forward(ids), reps)
+            fl = forward_flops(model, spec["batch"], T)
+            out = {**r, "flops": fl, "achieved_gflops": fl / r["median_wall_s"] / 1e9}
+        elif work == "rows":
+            ids = torch.tensor(_book_ids(tok, T))[None]
+            pos = list(range(T - 4, T))
+            out = _timed(lambda: interp.attention_rows(model, ids, pos), reps)
+    if work == "detect":
+        from interp.tasks.niah import NiahConfig
+
+        cfg = interp.RetrievalConfig(niah=NiahConfig(context_lengths=(T,), depths=(0.25, 0.75), n_seeds=1,
+                                                     haystack_file="sherlock-holmes", needle_source="standard"))
+        samples = interp.build_niah(tok, cfg.niah)
+        res = {}
+
+        def run():
+            res["r"] = interp.detect_retrieval_heads(model, cfg, samples=samples)
+        out = _timed(run, reps)
+        out["n_prompts"] = len(samples)
+        out["recall"] = res["r"].baseline_recall
+    elif work in ("patch", "atp"):
+        pairs = interp.ioi_pairs(tok, n=spec["pairs"], corrupt="abc")
+        if work == "patch":
+            cfg = interp.PatchingConfig(sites=("resid_pre",), n_boot=10)
+            out = _timed(lambda: interp.run_patching(model, pairs, cfg), reps)
+        else:
+            cfg = interp.PatchingConfig(sites=("head_out", "resid_pre"), n_boot=10)
+            out = _timed(lambda: interp.run_attribution(model, pairs, cfg, method="atp-qk", verify_top=0,
+                                                        verify_sample=0), reps)
+        out["n_pairs"] = len(pairs)
+    print("RESULT " + json.dumps(out))
+
+
+PLAN = {  # work -> [(seq, extra spec)]
+    "matmul": [(1024, {})],
+    "forward": [(1024, {"batch": 1}), (4096, {"batch": 1})],
+    "rows": [(4096, {}), (8192, {})],
+    "detect": [(1024, {}), (4096, {})],
+    "ablate": [(1024, {"batch": 1})],
+    "patch": [(0, {"pairs": 8})],
+    "atp": [(0, {"pairs": 8})],
+}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--only", default=",".join(WORKS), help="comma-separated kinds of work: " + ", ".join(WORKS))
+    ap.add_argument("--repeats", type=int, default=3)
+    add_common_args(ap, "precision-speed", child_timeout=3600)
+    args, torch = parse_and_setup(ap, argv, child_main)
+    if args is None:
+        return 0
+    only = [w.strip() for w in args.only.split(",") if w.strip()]
+    rows = []
+    for work in only:
+        for seq, extra in PLAN[work]:
+            for dtype in DTYPES:
+                spec = {"work": work, "dtype": dtype, "seq": seq, "model": args.model, "threads": args.threads,
+                        "repeats": 1 if work in ("detect", "patch", "atp") else args.repeats, **extra}
+                r = run_child(spec, timeout=args.child_timeout, script=__file__)
+                rows.append({**spec, **r})
+                msg = r.get("error") or (f"{r['median_cpu_s']:.2f} CPU s, peak {r['peak_bytes'] / 2**20:.0f} MiB"
+                                         if "median_cpu_s" in r else "ok")
+                print(f"  {work:8s} T={seq:<5d} {dtype:9s} {msg}", flush=True)
+    res = {"model": args.model, "threads": args.threads, "env": bench_env(args, torch), "rows": rows,
+           "ratios": ratios(rows)}
+    out = Path(args.out or f"bench/results/precision-speed-{args.model}-{args.device.split(':')[0]}"
+                           f"{'-t%d' % args.threads if args.threads != 1 else ''}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=1))
+    for r in res["ratios"]:
+        if r["work"] == "matmul":
+            for i, shape in enumerate(r["shapes"]):
+                print(f"matmul {'x'.join(map(str, shape))}: float32 {r['peaks']['float32'][i]:.0f} GFLOPS, "
+                      f"bfloat16 {r['peaks']['bfloat16'][i]:.0f} GFLOPS")
+            continue
+        print(f"{r['work']:8s} T={r['seq']:<5d} float32/bfloat16 CPU time {r['cpu_ratio']:.2f}x, "
+              f"peak memory {r['mem_ratio']:.2f}x" + (f", achieved {r['gflops']['bfloat16']:.0f} / "
+                                                      f"{r['gflops']['float32']:.0f} GFLOPS (bf16 / fp32)"
+                                                      if r.get("gflops") else ""))
+    print(f"written to {out}")
+    return 0
+
+
+def ratios(rows: list[dict]) -> list[dict]:
+    """float32 / bfloat16 per (work, seq): CPU time and peak memory; achieved GFLOPS of forwards; matmul peaks."""
+    out = []
+    key = lambda r: (r["work"], r["seq"])  # noqa: E731
+    for k in dict.fromkeys(key(r) for r in rows):
+        by = {r["dtype"]: r for r in rows if key(r) == k and "error" not in r}
+        if set(by) != set(DTYPES):
+            continue
+        if k[0] == "matmul":
+            out.append({"work": "matmul", "seq": k[1], "peaks": {d: [m["gflops"] for m in by[d]["matmul"]]
+                                                                  for d in DTYPES},
+                        "shapes": [m["shape"] for m in by["float32"]["matmul"]], "cpu_ratio": float("nan"),
+                        "mem_ratio": float("nan")})
+            continue
+        f, b = by["float32"], by["bfloat16"]
+        row = {"work": k[0], "seq": k[1], "cpu_ratio": f["median_cpu_s"] / b["median_cpu_s"],
+               "mem_ratio": f["peak_bytes"] / max(b["peak_bytes"], 1),
+               "cpu_s": {"float32": f["median_cpu_s"], "bfloat16": b["median_cpu_s"]}}
+        if "achieved_gflops" in f:
+            row["gflops"] = {"float32": f["achieved_gflops"], "bfloat16": b["achieved_gflops"]}
+        out.append(row)
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
