@@ -81,7 +81,7 @@ def ckpt(tmp_path_factory):
 
 # The longest files first: under `pytest -n auto --dist loadfile` a file runs in one worker, and one that starts
 # last would leave the other workers idle at the end. Order is otherwise as collected.
-LONGEST_FIRST = ("tests/models/test_real_models.py", "tests/runtime/test_distributed.py", "tests/docs/test_notebooks.py",
+LONGEST_FIRST = ("tests/models/test_real_qwen.py", "tests/models/test_real_models.py", "tests/runtime/test_distributed.py", "tests/docs/test_notebooks.py",
                  "tests/docs/test_readme_examples.py", "tests/cli/test_batch_auto.py")
 
 

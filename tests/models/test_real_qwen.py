@@ -12,7 +12,8 @@ model holds 2.5 GB of RAM, and this file holds at most two copies at once (inter
 - attention rows == eager attention weights at 2048 tokens, every layer (only the compared rows of the eager
   weights are kept, one layer's full weights at a time);
 - batched (left-padded) == one prompt at a time; head ablation == an o_proj pre-hook reference;
-- TransformerLens's bridge and nnsight on the same weights agree with interp.
+- TransformerLens's bridge and nnsight on the same weights agree with interp;
+- the alias resolves with the network off.
 
 The 1.5B (`qwen2.5-coder-1.5b`, 1.1 GB GGUF, 6.2 GB float32 copy) is not fetched by `make test`: see
 tests/models/test_real_qwen_1p5b.py.
@@ -243,3 +244,16 @@ def test_transformer_lens_bridge_and_nnsight(model):
             inp[..., h * d:(h + 1) * d] = 0
         traced = lm.output.logits.save()
     assert (traced - want_ablated).abs().max().item() <= 1e-4
+
+
+def test_info_offline_names_the_geometry(model, monkeypatch, capsys):
+    """The alias resolves from the cache with the network off; its spec is Qwen2.5's (GQA 14 / 2, theta 1e6)."""
+    from tests.helpers import run_cli
+    from tests.models.test_real_models import _offline
+
+    _offline(monkeypatch)
+    code, out, err = run_cli(["info", "--model", ALIAS, "--config-only", "--json"], capsys)
+    assert code == 0, err
+    spec = json.loads(out)["spec"]
+    assert (spec["n_layers"], spec["n_heads"], spec["n_kv_heads"], spec["head_dim"]) == (24, 14, 2, 64)
+    assert spec["rope"]["theta"] == 1e6 and spec["architecture"] == "Qwen2ForCausalLM"
