@@ -5,7 +5,8 @@ comes to the machine's matmul peak (docs/precision.md, docs/benchmarks.md).
 Each measurement runs in a fresh process (one torch thread unless `--threads`), the model loaded before the clock
 starts; the same work in float32 and in bfloat16 side by side, records named by dtype ("float32" / "bfloat16"):
 
-- forward: one batch of book text (B x T tokens), logits of every position;
+- forward: one batch of book text (B x T tokens), logits of every position (a bf16 model's output head runs in
+  float32: interp.hooks.float_logits); body: the same without the output head (final hidden states);
 - rows: interp's attention rows (4 last queries, every head) of one T-token text;
 - detect: retrieval-head detection on NIAH prompts of T tokens (prefill + greedy decoding + rows per step);
 - ablate: a forward with 25% of the heads zero-ablated;
@@ -31,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import PeakMemory, add_common_args, bench_env, parse_and_setup, run_child, setup_torch  # noqa: E402
 
 DTYPES = ("float32", "bfloat16")
-WORKS = ("matmul", "forward", "rows", "detect", "ablate", "patch", "atp")
+WORKS = ("matmul", "forward", "body", "rows", "detect", "ablate", "patch", "atp")
 
 
 def _book_ids(tok, n: int, seed: int = 0) -> list[int]:
@@ -46,7 +47,7 @@ def _book_ids(tok, n: int, seed: int = 0) -> list[int]:
     return ids[:n]
 
 
-def forward_flops(model, batch: int, seq: int) -> float:
+def forward_flops(model, batch: int, seq: int, head: bool = True) -> float:
     """Multiply-adds x 2 of one forward: every linear layer of the decoder blocks and the output head per token,
     plus causal attention's q.k and weights.v (about T/2 keys per query on average)."""
     import torch
@@ -54,7 +55,7 @@ def forward_flops(model, batch: int, seq: int) -> float:
     spec = model.spec
     head_mod = model.hf.get_output_embeddings()
     blocks = sum(m.weight.numel() for m in model.hf.modules() if isinstance(m, torch.nn.Linear) and m is not head_mod)
-    head = head_mod.weight.numel()
+    head = head_mod.weight.numel() if head else 0
     attn = 2 * 2 * spec.n_layers * spec.n_heads * spec.head_dim * (seq + 1) / 2
     return 2.0 * batch * seq * (blocks + head) + batch * seq * attn
 
@@ -94,16 +95,16 @@ def child_main(spec: dict) -> None:
     model = interp.load_model(spec["model"], dtype=dtype)
     tok = model.tokenizer
     with torch.no_grad():
-        if work in ("forward", "ablate"):
+        if work in ("forward", "body", "ablate"):
             ids = torch.tensor(_book_ids(tok, spec["batch"] * T)).reshape(spec["batch"], T)
-            if work == "forward":
-                r = _timed(lambda: model.forward(ids), reps)
+            if work in ("forward", "body"):
+                r = _timed(lambda: model.forward(ids, logits=work == "forward"), reps)
             else:
                 s = model.spec
                 heads = [f"L{l}H{h}" for l in range(s.n_layers) for h in range(s.n_heads) if (l * s.n_heads + h) % 4 == 0]
                 with model.intervene(interp.AblateHeads(heads, mode="zero")):
                     r = _timed(lambda: model.forward(ids), reps)
-            fl = forward_flops(model, spec["batch"], T)
+            fl = forward_flops(model, spec["batch"], T, head=work != "body")
             out = {**r, "flops": fl, "achieved_gflops": fl / r["median_wall_s"] / 1e9}
         elif work == "rows":
             ids = torch.tensor(_book_ids(tok, T))[None]
@@ -138,6 +139,7 @@ def child_main(spec: dict) -> None:
 PLAN = {  # work -> [(seq, extra spec)]
     "matmul": [(1024, {})],
     "forward": [(1024, {"batch": 1}), (4096, {"batch": 1})],
+    "body": [(1024, {"batch": 1}), (4096, {"batch": 1})],
     "rows": [(4096, {}), (8192, {})],
     "detect": [(1024, {}), (4096, {})],
     "ablate": [(1024, {"batch": 1})],
