@@ -146,7 +146,7 @@ def print_report(res: dict) -> None:
             elif "error" in e:
                 print(f"   {T:>6} {mode:<7} ERROR {e['error']}")
             else:
-                print(f"   {T:>6} {mode:<7} {e['median_s']:>9.2f} {e['min_s']:>8.2f} {fmt_mib(e['peak_bytes']):>9} "
+                print(f"   {T:>6} {mode:<7} {e['median_s']:>9.3g} {e['min_s']:>8.3g} {fmt_mib(e['peak_bytes']):>9} "
                       f"{fmt_mib(est):>9} {e['peak_bytes'] / est:>9.3f}")
     print()
     print(f"   {'T':>6} {'ratio':<22} {'median':>8} {'min':>8} {'target':>8}  met")
@@ -245,7 +245,8 @@ def main(argv=None) -> int:
             elif "error" in e:
                 msg = f"ERROR {e['error']}"
             else:
-                msg = (f"median {e['median_s']:.2f} s (all {', '.join(f'{t:.2f}' for t in e['times_s'])}), peak "
+                # 3 significant digits: seconds on a CPU, milliseconds on a GPU
+                msg = (f"median {e['median_s']:.3g} s (all {', '.join(f'{t:.3g}' for t in e['times_s'])}), peak "
                        f"+{e['peak_bytes'] / MiB:,.0f} MiB, planner {e['estimated_bytes'] / MiB:,.0f} MiB "
                        f"(x{e['measured_over_estimated']:.3f}), wall {e['wall_s']:.0f} s, load {e['loadavg_before']:.1f}"
                        f"->{e['loadavg_after']:.1f}")

@@ -88,8 +88,8 @@ def init() -> World:
                                 "the processes with torchrun (or accelerate launch), or unset WORLD_SIZE")
     backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
     minutes = float(os.environ.get("INTERP_DIST_TIMEOUT_MIN", "120"))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if torch.cuda.is_available():  # more ranks than GPUs share them round-robin, as resolve_device places them
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
     dist.init_process_group(backend=backend, timeout=datetime.timedelta(minutes=minutes))
     return world()
 

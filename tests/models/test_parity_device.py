@@ -14,7 +14,9 @@ between a wrapped and a plain call:
   plain model: float32 1e-4, bfloat16 0.05.
 
 Measured on CPU in bfloat16 (torch 2.13, all 12 decoder variants): logits bit-identical (max |diff| 0),
-rows max |diff| 0.0043. On CUDA: see bench/gpu_check.sh (not run yet: no GPU here).
+rows max |diff| 0.0043. On CUDA (bench/gpu_check.sh on an NVIDIA H200, torch 2.11.0+cu130, transformers 5.17.0,
+2026-12-04): all 39 tests passed in float32 and bfloat16 (bench/results/gpu/parity.log, parity.xml); the test
+asserts the tolerances and does not record the differences themselves.
 """
 
 import os
