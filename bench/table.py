@@ -189,10 +189,37 @@ def load_rows() -> list[tuple[str, ...]]:
                                  for r in d["rows"]]
 
 
+PRECISION = {"precision-speed-smollm2-135m-cpu.json": (
+    "SmolLM2-135M", "python bench/precision_speed.py --model smollm2-135m --repeats 2")}
+WORK_LABEL = {"forward": "forward with logits, 1 x {seq} tokens", "body": "forward without the output head, 1 x {seq} tokens",
+              "rows": "attention rows (4 queries, every head), {seq} tokens", "detect": "retrieval detection, 2 NIAH prompts of {seq} tokens",
+              "ablate": "forward with 25% of heads zero-ablated, 1 x {seq} tokens",
+              "patch": "exact patching, resid_pre x every layer x every position, 8 IOI pairs",
+              "atp": "AtP-QK of head_out and resid_pre, 8 IOI pairs"}
+
+
+def precision_rows() -> list[tuple[str, ...]]:
+    rows = []
+    for name, (label, cmd) in PRECISION.items():
+        d = _load(name)
+        for r in (d or {}).get("ratios", []):
+            if r["work"] == "matmul":
+                for shape, f, b in zip(r["shapes"], r["peaks"]["float32"], r["peaks"]["bfloat16"]):
+                    rows.append((f"matmul {'x'.join(map(str, shape))}, one thread", "bfloat16 / float32, GFLOPS",
+                                 f"{b / f:.1f}x ({b:.0f} / {f:.0f})", name, cmd))
+                continue
+            what = f"{WORK_LABEL[r['work']].format(seq=r['seq'])}, {label}"
+            rows.append((what, "float32 / bfloat16, CPU time", f"{r['cpu_ratio']:.2f}x", name, cmd))
+            if r.get("gflops"):
+                rows.append((what, "achieved GFLOPS, bfloat16 (float32)",
+                             f"{r['gflops']['bfloat16']:.0f} ({r['gflops']['float32']:.0f})", name, cmd))
+    return rows
+
+
 def table() -> str:
     head = ["| measurement | ratio of | value | result | command |", "|---|---|---|---|---|"]
     rows = (patching_rows() + attribution_rows() + overhead_rows() + detect_rows() + detect_real_rows()
-            + store_rows() + load_rows())
+            + store_rows() + load_rows() + precision_rows())
     return "\n".join(head + [f"| {w} | {o} | {v} | `bench/results/{f}` | `{c}` |" for w, o, v, f, c in rows])
 
 

@@ -169,6 +169,9 @@ def write_report(folder, run: dict | None = None) -> Path:
     title = "interp " + " ".join(name) if name and not name[0].startswith("-") else "interp run"
     model = first.get("model") or (first.get("provenance") or {}).get("model", {}).get("name", "")
     warn = "".join(f"<p class='warn'>warning: {_esc(w)}</p>" for w in run.get("warnings") or [])
+    dt = run.get("dtype") if isinstance(run.get("dtype"), dict) else {}
+    dtype = (f" · model dtype {_esc(dt.get('used'))} ({_esc(dt.get('asked'))}: {_esc(dt.get('reason'))})"
+             if dt.get("used") else "")
     files = sorted({*(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")),
                     *figure_files, INDEX} - {PLOTLY_JS})
     links = " · ".join(f"<a href='{_esc(f)}'>{_esc(f)}</a>" for f in files)
@@ -184,7 +187,7 @@ window.addEventListener("error", function (e) {{ window.__jsErrors.push(String(e
 <body>
 <h1>{_esc(title)} · {_esc(model)}</h1>
 <p><code>{_esc(command)}</code></p>
-<p class="note">{_esc(run.get("finished") or "")} · interp {_esc(run.get("interp_version") or "")}</p>
+<p class="note">{_esc(run.get("finished") or "")} · interp {_esc(run.get("interp_version") or "")}{dtype}</p>
 {warn}<pre id="js-errors"></pre>
 {"".join(parts) if results else "<p>No result files in this folder.</p>"}
 <h2>Provenance</h2>{_details("models, weights, packages", prov) or "<p class='note'>none recorded</p>"}

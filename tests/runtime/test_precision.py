@@ -71,6 +71,8 @@ def test_run_json_records_the_dtype_choice(monkeypatch, tmp_path, capsys, name, 
     assert code == 0, err
     rec = json.loads((tmp_path / "r" / "run.json").read_text())["dtype"]
     assert rec == {"asked": "auto", "used": "bfloat16" if native else "float32", "reason": "mocked detection"}
+    page = (tmp_path / "r" / "index.html").read_text()
+    assert f"model dtype {rec['used']} (auto: mocked detection)" in page  # the report page says it too
     code, _, err = run_cli(RUNS[name] + ["--out", str(tmp_path / "d")], capsys)
     assert code == 0, err
     assert json.loads((tmp_path / "d" / "run.json").read_text())["dtype"]["used"] == "float32"
