@@ -127,6 +127,53 @@ def write_gguf(path, arch: str, tokenizer: bool = True):
     return path
 
 
+def write_gguf_model(path, drop: tuple[str, ...] = (), layers: int = 2, extra_layers: int = 0,
+                     keep: tuple[str, ...] | None = None, reshape: dict | None = None):
+    """A complete tiny llama GGUF (hidden 32, 4 heads / 2 KV heads, `layers` layers, a 29-character vocabulary,
+    float32 weights) that transformers and interp load as a working model, less the tensors named in `drop`
+    (llama.cpp names: "blk.1.ffn_down.weight"); `extra_layers` writes the tensors of that many more layers than
+    the header's block count; `keep`: write only these tensors; `reshape`: {name: shape} written in a shape the
+    header contradicts. For the tests that a damaged GGUF never becomes a model."""
+    import gguf
+    import numpy as np
+
+    tokens = [chr(c) for c in range(ord("a"), ord("z") + 1)] + [" ", ".", ","]
+    d, ffn, heads, kv = 32, 64, 4, 2
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(layers)
+    w.add_context_length(128)
+    w.add_embedding_length(d)
+    w.add_feed_forward_length(ffn)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(10000.0)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * len(tokens))
+    w.add_token_scores([0.0] * len(tokens))
+    w.add_token_merges([])
+    kvd = kv * d // heads
+    shapes = {"token_embd.weight": (len(tokens), d), "output_norm.weight": (d,), "output.weight": (len(tokens), d)}
+    for i in range(layers + extra_layers):
+        shapes.update({f"blk.{i}.attn_norm.weight": (d,), f"blk.{i}.attn_q.weight": (d, d),
+                       f"blk.{i}.attn_k.weight": (kvd, d), f"blk.{i}.attn_v.weight": (kvd, d),
+                       f"blk.{i}.attn_output.weight": (d, d), f"blk.{i}.ffn_norm.weight": (d,),
+                       f"blk.{i}.ffn_gate.weight": (ffn, d), f"blk.{i}.ffn_up.weight": (ffn, d),
+                       f"blk.{i}.ffn_down.weight": (d, ffn)})
+    assert set(drop) | set(reshape or {}) <= set(shapes), set(drop) - set(shapes)
+    shapes.update(reshape or {})
+    rng = np.random.default_rng(0)
+    for name, shape in shapes.items():
+        if name not in drop and (keep is None or name in keep):
+            w.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
 ORGANISM_TOKENIZER = Path(__file__).resolve().parents[1] / "data" / "organisms" / "tokenizer"
 # short texts of the organisms' corpus style, of different lengths (the store and probe tests)
 TEXTS = [" The red lantern stood near the old bridge.", " Alice found 12 coins.",

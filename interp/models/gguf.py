@@ -14,10 +14,16 @@ swept by the next conversion).
 Before anything is dequantised the file is checked: complete (a truncated or damaged file cannot be
 parsed), of an architecture transformers' loader reads and interp has an adapter for, and carrying
 tokenizer metadata (interp's analyses need the tokenizer). Each refusal is one error saying what to do.
+After the load, and before anything is written, every weight must have come from the file
+(`check_complete`): a tensor the file lacks would be filled by transformers' random initialisation, a
+tensor whose shape contradicts the header would be too, and a tensor the model has no place for means the
+header describes another model; each is refused, naming the tensors, and the cache is left as it was.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -30,6 +36,9 @@ from pathlib import Path
 from interp.errors import InvalidInputError, ModelNotFoundError, UnsupportedModelError
 from interp.runtime.provenance import SOURCE_FILE  # the record gguf writes and provenance reads
 
+
+
+NOTE_BYTES = 16 << 20  # a conversion says what it is doing (it takes seconds to minutes) from this size on
 
 
 def cache_root() -> Path:
@@ -133,8 +142,18 @@ def inspect_gguf(path: str | os.PathLike) -> GGUFInfo:
     if not arch:
         raise ModelNotFoundError(f"{p} has no general.architecture in its header: not a model GGUF")
     quant: dict[str, int] = {}
+    blocks: set[int] = set()
     for t in reader.tensors:
         quant[t.tensor_type.name] = quant.get(t.tensor_type.name, 0) + 1
+        parts = str(t.name).split(".")
+        if len(parts) > 2 and parts[0] == "blk" and parts[1].isdigit():
+            blocks.add(int(parts[1]))
+    n_blocks = _field(reader, f"{arch}.block_count")
+    if isinstance(n_blocks, int) and blocks and max(blocks) >= n_blocks:
+        beyond = sorted(b for b in blocks if b >= n_blocks)
+        raise ModelNotFoundError(f"{p} is damaged: its header says {n_blocks} layer(s) ({arch}.block_count) but it "
+                                 f"holds tensors of layer(s) {', '.join(map(str, beyond[:5]))}"
+                                 f"{' ...' if len(beyond) > 5 else ''}; download it again")
     tokenizer = _field(reader, "tokenizer.ggml.model")
     name = _field(reader, "general.name")
     file_type = _field(reader, "general.file_type")
@@ -214,11 +233,13 @@ def convert(p: Path, digest: str, quiet: bool = False) -> Path:
     if stage.exists():
         shutil.rmtree(stage)
     t0 = time.perf_counter()
-    if not quiet:
+    says = not quiet and p.stat().st_size >= NOTE_BYTES
+    if says:
         print(f"dequantising {p.name} ({p.stat().st_size / 1e6:.0f} MB, {_quant_label(info.quant_types)}) into "
              f"{final} (once: later loads read the safetensors copy)", file=sys.stderr, flush=True)
     try:
-        _write(p, info, digest, stage)
+        with _conversion_bar(says):
+            _write(p, info, digest, stage)
         (stage / SOURCE_FILE).write_text(json.dumps({
             "format": "interp-gguf-conversion", "gguf_file": p.name, "gguf_path": str(p.resolve()),
             "sha256": digest, "bytes": p.stat().st_size, **{k: v for k, v in info.to_dict().items() if k != "path"},
@@ -246,6 +267,30 @@ def _quant_label(quant: dict) -> str:
     return out + (f" ({', '.join(f'{t} x{n}' for n, t in f)})" if f else "")
 
 
+@contextlib.contextmanager
+def _conversion_bar(shown: bool):
+    """transformers' per-tensor bars ("Converting and de-quantizing", plain tqdm; "Loading weights", its logging
+    switch) only when the conversion is announced: a small file converts in under a second, and a refused one
+    prints its error alone."""
+    import transformers.modeling_gguf_pytorch_utils as gg
+    from transformers.utils import logging as hf_logging
+
+    if shown:
+        yield
+        return
+    bar, was = getattr(gg, "tqdm", None), hf_logging.is_progress_bar_enabled()
+    if bar is not None:
+        gg.tqdm = functools.partial(bar, disable=True)
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if bar is not None:
+            gg.tqdm = bar
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 def _write(p: Path, info: GGUFInfo, digest: str, stage: Path) -> None:
     """Load the GGUF with transformers (float32 weights) and save model + tokenizer as safetensors in `stage`."""
     import torch
@@ -254,11 +299,25 @@ def _write(p: Path, info: GGUFInfo, digest: str, stage: Path) -> None:
     from interp.models.adapters import adapter_class
 
     auto = tf.AutoModelForCausalLM if adapter_class(info.model_type).causal else tf.AutoModel
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # transformers' load report: interp says what is wrong itself, below
     try:
-        hf = auto.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32)
+        # mismatched sizes are collected (not raised mid-load) so that the refusal can name them all
+        hf, report = auto.from_pretrained(str(p.parent), gguf_file=p.name, dtype=torch.float32,
+                                          output_loading_info=True, ignore_mismatched_sizes=True)
+        check_complete(p.name, info, report)
         tok = tf.AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
     except (ValueError, KeyError, OSError) as e:
-        raise UnsupportedModelError(f"transformers could not load {p.name}: {str(e).splitlines()[0]}") from None
+        if isinstance(e, InvalidInputError):
+            raise
+        raise UnsupportedModelError(f"transformers could not load {p.name}: {_one_line(e)}") from None
+    except RuntimeError as e:  # transformers' state-dict errors: tensors that do not fit the model the header builds
+        raise InvalidInputError(f"{p.name} is damaged: transformers could not put its tensors into the model its "
+                                f"header describes ({_one_line(e)}); download it again") from None
+    finally:
+        hf_logging.set_verbosity(level)
     packed = sorted({type(m).__name__ for m in hf.modules() if type(m).__name__.lower().startswith("gguf")})
     if packed:  # weights left in GGUF blocks (a kernel path): the copy must be plain float tensors
         raise UnsupportedModelError(f"transformers kept {p.name}'s weights packed ({', '.join(packed)}) instead of "
@@ -272,6 +331,45 @@ def _write(p: Path, info: GGUFInfo, digest: str, stage: Path) -> None:
     stage.mkdir(parents=True)
     hf.save_pretrained(stage, safe_serialization=True)
     tok.save_pretrained(stage)
+
+
+def _one_line(e: BaseException, limit: int = 300) -> str:
+    """An exception's message on one line (transformers' state-dict errors span several), at most `limit` chars."""
+    text = " ".join(line.strip() for line in str(e).splitlines() if line.strip()) or type(e).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _names(keys, shown: int = 6) -> str:
+    keys = sorted(keys)
+    return ", ".join(keys[:shown]) + (f" and {len(keys) - shown} more" if len(keys) > shown else "")
+
+
+def check_complete(name: str, info: GGUFInfo, report: dict) -> None:
+    """Refuse a GGUF load in which the model did not get every weight from the file. `report`: transformers'
+    loading info (`output_loading_info=True`). A parameter or persistent buffer the file does not hold
+    (missing) or holds in another shape than the header implies (mismatched) is one transformers fills with its
+    random initialisation: the result would look like the model and compute something else. Tensors the model
+    has no place for (unexpected) are refused too (a header with fewer layers than the file holds, say)."""
+    mismatched = sorted(report.get("mismatched_keys") or (), key=lambda t: t[0])
+    missing = set(report.get("missing_keys") or ())
+    unexpected = set(report.get("unexpected_keys") or ())
+    errors = [m for m in report.get("error_msgs") or () if m]
+    what = f"the {info.architecture} model its header describes"
+    if mismatched:
+        shapes = "; ".join(f"{k}: {list(a)} in the file, {list(b)} from the header" for k, a, b in mismatched[:4])
+        more = f"; and {len(mismatched) - 4} more" if len(mismatched) > 4 else ""
+        also = f" (and it lacks {len(missing)} weight(s))" if missing else ""
+        raise InvalidInputError(f"{name} is damaged: tensor shapes contradict its header ({shapes}{more}){also}; "
+                                f"download it again")
+    if missing:
+        raise InvalidInputError(f"{name} is incomplete: it lacks {len(missing)} weight(s) of {what} "
+                                f"({_names(missing)}), which transformers would fill with random values; download "
+                                f"it again (nothing was written to the cache)")
+    if unexpected:
+        raise InvalidInputError(f"{name} is damaged: it holds {len(unexpected)} tensor(s) {what} has no place for "
+                                f"({_names(unexpected)}); download it again")
+    if errors:
+        raise InvalidInputError(f"{name} is damaged: {_one_line(errors[0])}")
 
 
 def _sweep_partials(models: Path, older_than_s: float = 6 * 3600) -> None:

@@ -95,6 +95,15 @@ CASES = [  # (command line, text the one-line error must contain)
     ("info -m {gguf_rwkv}", "GGUF architecture 'rwkv6' is not read by transformers"),
     ("detect retrieval -m {gguf_notok} NIAH", "carries no tokenizer metadata"),
     ("info -m {gguf_two}", "holds 2 .gguf files"),
+    # a damaged GGUF never becomes a model: every weight from the file, shapes as the header says (issue 43)
+    ("info -m {gguf_hole}", "gguf_hole.gguf is incomplete: it lacks 1 weight(s) of the llama model its header describes "
+     "(model.layers.1.mlp.down_proj.weight), which transformers would fill with random values; download it again"),
+    ("ablate --heads L0H0 -m {gguf_hole} NIAH", "lacks 1 weight(s)"),
+    ("info -m {gguf_embd_only}", "lacks 19 weight(s) of the llama model"),
+    ("info -m {gguf_full}", "gguf_full.gguf is damaged: tensor shapes contradict its header (model.embed_tokens.weight: "
+     "[64, 64] in the file, [3, 64] from the header)"),
+    ("detect retrieval -m {gguf_full} NIAH", "tensor shapes contradict its header"),
+    ("info -m {gguf_extra}", "its header says 2 layer(s) (llama.block_count) but it holds tensors of layer(s) 2"),
     ("info -m smollm2-135m", "smollm2-135m is not fetched yet: run `interp models fetch smollm2-135m`"),
     ("ablate --heads L0H0 -m gemma3-270m NIAH", "gemma3-270m is not fetched yet"),
     ("models fetch nosuch", "unknown fetchable model 'nosuch'; fetchable: smollm2-135m, gemma3-270m"),
@@ -354,6 +363,11 @@ def files(tmp_path_factory):
     for name, arch, tok in (("gguf_phi3", "phi3", True), ("gguf_rwkv", "rwkv6", True), ("gguf_notok", "llama", False),
                             ("gguf_full", "llama", True)):
         f[name] = str(write_gguf(t / f"{name}.gguf", arch, tokenizer=tok))
+    from tests.helpers import write_gguf_model
+
+    for name, kw in (("gguf_hole", {"drop": ("blk.1.ffn_down.weight",)}), ("gguf_embd_only", {"keep": ("token_embd.weight",)}),
+                     ("gguf_extra", {"extra_layers": 1})):
+        f[name] = str(write_gguf_model(t / f"{name}.gguf", **kw))
     trunc = t / "gguf_truncated.gguf"
     trunc.write_bytes(Path(f["gguf_full"]).read_bytes()[:-3000])
     f["gguf_truncated"] = str(trunc)
