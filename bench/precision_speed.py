@@ -12,6 +12,8 @@ starts; the same work in float32 and in bfloat16 side by side, records named by 
 - ablate: a forward with 25% of the heads zero-ablated;
 - patch: a full resid_pre exact-patching grid (every layer x every position) on IOI pairs;
 - atp: attribution patching (AtP-QK) of head_out and resid_pre on the same pairs, no exact check;
+- sdpa: torch's CPU attention kernel alone (scaled_dot_product_attention, causal, the model's query and key-value
+  heads and head size, random q/k/v of T tokens): the part of a long forward that bfloat16 may not speed up;
 - matmul: this machine's measured matmul peak in each dtype (the shapes of the model's MLP and a 2048-cube),
   against which the forward's achieved FLOP rate is set (the physical-limit row).
 
@@ -32,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import PeakMemory, add_common_args, bench_env, parse_and_setup, run_child, setup_torch  # noqa: E402
 
 DTYPES = ("float32", "bfloat16")
-WORKS = ("matmul", "forward", "body", "rows", "detect", "ablate", "patch", "atp")
+WORKS = ("matmul", "sdpa", "forward", "body", "rows", "detect", "ablate", "patch", "atp")
 
 
 def _book_ids(tok, n: int, seed: int = 0) -> list[int]:
@@ -92,6 +94,18 @@ def child_main(spec: dict) -> None:
             rows.append({"shape": [m, k, n], "gflops": 2 * m * k * n / r["median_wall_s"] / 1e9, **r})
         print("RESULT " + json.dumps({"matmul": rows}))
         return
+    if work == "sdpa":
+        import torch.nn.functional as F
+
+        s = interp.spec_from_config(spec["model"])
+        q = torch.randn(1, s.n_heads, T, s.head_dim, dtype=dt)
+        k, v = (torch.randn(1, s.n_kv_heads, T, s.head_dim, dtype=dt) for _ in range(2))
+        gqa = s.n_heads != s.n_kv_heads
+        out = _timed(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa), reps)
+        fl = 2 * 2 * s.n_heads * s.head_dim * T * (T + 1) / 2
+        out.update(flops=fl, achieved_gflops=fl / out["median_wall_s"] / 1e9, layers=s.n_layers)
+        print("RESULT " + json.dumps(out))
+        return
     model = interp.load_model(spec["model"], dtype=dtype)
     tok = model.tokenizer
     with torch.no_grad():
@@ -138,6 +152,7 @@ def child_main(spec: dict) -> None:
 
 PLAN = {  # work -> [(seq, extra spec)]
     "matmul": [(1024, {})],
+    "sdpa": [(1024, {}), (4096, {})],
     "forward": [(1024, {"batch": 1}), (4096, {"batch": 1})],
     "body": [(1024, {"batch": 1}), (4096, {"batch": 1})],
     "rows": [(4096, {}), (8192, {})],

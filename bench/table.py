@@ -191,7 +191,8 @@ def load_rows() -> list[tuple[str, ...]]:
 
 PRECISION = {"precision-speed-smollm2-135m-cpu.json": (
     "SmolLM2-135M", "python bench/precision_speed.py --model smollm2-135m --repeats 2")}
-WORK_LABEL = {"forward": "forward with logits, 1 x {seq} tokens", "body": "forward without the output head, 1 x {seq} tokens",
+WORK_LABEL = {"sdpa": "torch's CPU attention kernel alone (one layer's heads, causal), {seq} tokens",
+              "forward": "forward with logits, 1 x {seq} tokens", "body": "forward without the output head, 1 x {seq} tokens",
               "rows": "attention rows (4 queries, every head), {seq} tokens", "detect": "retrieval detection, 2 NIAH prompts of {seq} tokens",
               "ablate": "forward with 25% of heads zero-ablated, 1 x {seq} tokens",
               "patch": "exact patching, resid_pre x every layer x every position, 8 IOI pairs",
