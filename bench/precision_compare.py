@@ -38,7 +38,7 @@ def _cost(root: Path, model: str, analysis: str) -> dict:
         f = root / model / d / analysis / "run.json"
         if f.is_file():
             c = json.loads(f.read_text()).get("compute") or {}
-            out[d] = c.get("cpu_s")
+            out[d] = c.get("cpu_seconds")
     if all(out.get(d) for d in DTYPES):
         out["ratio"] = out["float32"] / out["bfloat16"]
     return out
