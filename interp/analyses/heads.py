@@ -48,7 +48,7 @@ def _from_file(p: Path) -> tuple[tuple[HeadId, ...], str]:
             d = json.loads(text)
             heads = d["heads"] if "heads" in d else d["induction_heads"]
             return as_heads(heads), f"file {p}"
-        except (KeyError, json.JSONDecodeError, TypeError):
+        except (KeyError, json.JSONDecodeError, TypeError, RecursionError):
             raise InvalidInputError(f"{p} is not a retrieval.json or induction.json (needs a 'heads' or "
                                     "'induction_heads' list)") from None
     return as_heads(text.replace("\n", ",").replace(" ", ",")), f"file {p}"
@@ -80,7 +80,7 @@ class SavedDetection:
             d = json.loads(text)
             if not isinstance(d[key], list):
                 raise TypeError
-        except (json.JSONDecodeError, KeyError, TypeError):
+        except (json.JSONDecodeError, KeyError, TypeError, RecursionError):
             raise InvalidInputError(f"{f} is not a {name} written by interp (needs a {key!r} list)") from None
         return cls(kind, f, d)
 

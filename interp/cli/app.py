@@ -253,10 +253,26 @@ def report(dirs: list[str] = typer.Argument(..., help="Run folders (each with it
             done.append(p)
     if not done:
         raise InvalidInputError("; ".join(skipped))
+    checked = [(p, *_report_inputs(p)) for p in done]  # every folder's files checked before any page is written
     for note in skipped:
         console().print(f"note: skipped {note}", highlight=False)
-    for p in done:
-        console().print(f"{write_report(p)}", highlight=False)
+    for p, run, results in checked:
+        console().print(f"{write_report(p, run, results)}", highlight=False)
+
+
+def _report_inputs(folder):
+    """A run folder's run.json and result files as `interp report` reads them: each file through the checked
+    JSON reader (damaged, cut short, nested too deeply, not an object) and each result's fields checked; one
+    error naming the file otherwise."""
+    from interp.figures.report import RERUN, check_result, result_files
+    from interp.runtime.jsonio import read_json
+
+    f = folder / "run.json"
+    run = read_json(f, "run record", "the run's record is damaged: rerun the command (or remove run.json to build "
+                                     "the page without it)") if f.is_file() else {}
+    results = [(stem, check_result(stem, read_json(r, "result file", RERUN, want=None), r))
+               for stem, r in result_files(folder)]
+    return run, results
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True,

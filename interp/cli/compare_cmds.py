@@ -3,14 +3,14 @@ number agrees within the tolerance, 1 when some do not, 2 when A or B is not a r
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
 from interp.cli.runs import RUN_MARKER
 from interp.errors import InvalidInputError
-from interp.runtime.compare import RunComparison, compare_runs
+from interp.runtime.compare import RunComparison, check_tolerances, compare_runs
+from interp.runtime.jsonio import read_json
 
 SHOWN = 5  # differences listed per file
 
@@ -25,10 +25,8 @@ def _results(folder: Path) -> dict[str, object]:
     for p in sorted(folder.glob("*.json")):
         if p.name == RUN_MARKER:
             continue
-        try:
-            out[p.name] = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise InvalidInputError(f"{p} is not readable JSON ({e}); is the run complete?") from None
+        out[p.name] = read_json(p, "result file", "is the run complete? rerun the command that wrote it (its "
+                                f"{RUN_MARKER} names it)", want=None)
     return out
 
 
@@ -39,7 +37,8 @@ def _fmt(x) -> str:
 
 def compare(a: str = typer.Argument(..., help="A run folder, or a folder of run folders (e.g. runs/results-real)."),
             b: str = typer.Argument(..., help="The run folder (or folder of runs) to compare it with."),
-            atol: float = typer.Option(1e-8, "--atol", help="Numbers agree when |a - b| <= atol + rtol |b|."),
+            atol: float = typer.Option(1e-8, "--atol", help="Numbers agree when |a - b| <= atol + rtol |b| (a finite "
+                                       "number >= 0)."),
             rtol: float = typer.Option(1e-6, "--rtol", help="Relative part of the tolerance (see --atol)."),
             as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout.")):
     """Do two runs agree? Every number of their result files compared by place (settings compared apart;
@@ -49,8 +48,7 @@ def compare(a: str = typer.Argument(..., help="A run folder, or a folder of run 
     from interp.cli.output import stdout_console
     from interp.runtime.jsonio import dumps
 
-    if atol < 0 or rtol < 0:
-        raise InvalidInputError(f"--atol and --rtol must be >= 0 (got {atol:g}, {rtol:g})")
+    check_tolerances(atol, rtol, "--atol", "--rtol")
     paths = [Path(name) for name in (a, b)]
     for name, p in zip((a, b), paths):
         if not p.is_dir():

@@ -49,13 +49,65 @@ RESULTS = ("ablation", "head_curve", "rope_zero", "rope_profile", "patching", "p
            "probes", "theta", "retrieval")  # result files, in the order a page shows them (a run's own detection last)
 
 
+# what each result file must hold for its page (the fields its figures and headline read), by JSON type
+_NUM, _STR, _LIST, _OBJ = (int, float), str, list, dict
+RESULT_FIELDS = {
+    "retrieval": {"model": _STR, "scores": _LIST, "heads": _LIST, "threshold": _NUM, "streaming": _LIST, "sweep": _LIST},
+    "ablation": {"model": _STR, "metric": _STR, "mode": _STR, "conditions": _LIST},
+    "head_curve": {"model": _STR, "metric": _STR, "kind": _STR, "points": _LIST, "baseline": _OBJ},
+    "rope_zero": {"model": _STR, "metric": _STR, "doses": _LIST, "baseline": _OBJ},
+    "rope_profile": {"model": _STR, "usage": _LIST, "pair_order": _LIST, "pair_freqs": _LIST, "retrieval_heads": _LIST},
+    "induction": {"model": _STR, "scores": _OBJ, "induction_heads": _LIST, "prev_token_heads": _LIST},
+    "copy_suppression": {"model": _STR, "scores": _OBJ, "copy_suppression_heads": _LIST, "candidates": _LIST},
+    "patching": {"model": _STR, "sites": _OBJ},
+    "path_patching": {"model": _STR, "effects": _OBJ, "receivers": _LIST, "senders": _LIST},
+    "probes": {"model": _STR, "layers": _LIST},
+    "theta": {"base": _STR, "builds": _LIST, "trend": _OBJ},
+}
+RERUN = "rerun the command that wrote it (its run.json names it)"
+
+
+def _kind(t) -> str:
+    return {_NUM: "a number", _STR: "a string", _LIST: "a list", _OBJ: "an object"}[t]
+
+
+def check_result(stem: str, d, f: Path) -> dict:
+    """`d`, the parsed result file `f` (RESULTS stem `stem`), if it is an object holding the fields its page
+    reads (RESULT_FIELDS) with their JSON types; InvalidInputError in one line naming the file otherwise.
+    (`interp report` reads the file with runtime.jsonio.read_json first: not JSON, cut short, nested too deeply.)"""
+    from interp.errors import InvalidInputError
+
+    if not isinstance(d, dict):
+        raise InvalidInputError(f"result file {f} holds a JSON {_json_type(d)}, not a JSON object; {RERUN}")
+    fields = RESULT_FIELDS.get(stem, {})
+    missing = [k for k in fields if k not in d]
+    if missing:
+        raise InvalidInputError(f"result file {f} is not a complete {stem} result: it lacks {', '.join(map(repr, missing))}"
+                                f" (it holds {', '.join(map(repr, list(d)[:6])) or 'nothing'}"
+                                f"{' ...' if len(d) > 6 else ''}); {RERUN}")
+    for k, t in fields.items():
+        v = d[k]
+        if not isinstance(v, t) or isinstance(v, bool):
+            raise InvalidInputError(f"result file {f}: {k!r} is a JSON {_json_type(v)}, not {_kind(t)}; the file is "
+                                    f"damaged or not a {stem} result; {RERUN}")
+    return d
+
+
+def _json_type(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    return {dict: "object", list: "list", str: "string", int: "number", float: "number"}.get(type(v), type(v).__name__)
+
+
+def result_files(folder: Path) -> list[tuple[str, Path]]:
+    """(stem, path) of the result files in `folder`, in page order."""
+    return [(stem, folder / f"{stem}.json") for stem in RESULTS if (folder / f"{stem}.json").is_file()]
+
+
 def _results(folder: Path) -> list[tuple[str, dict]]:
-    out = []
-    for stem in RESULTS:
-        f = folder / f"{stem}.json"
-        if f.is_file():
-            out.append((stem, json.loads(f.read_text(encoding="utf-8"))))
-    return out
+    return [(stem, check_result(stem, json.loads(f.read_text(encoding="utf-8")), f)) for stem, f in result_files(folder)]
 
 
 def ensure_plotly_js(folder: Path) -> Path:
@@ -137,18 +189,20 @@ border-bottom:1px solid #eee;text-align:right} table.headline th{background:#f0f
 #js-errors{color:#b00}"""
 
 
-def write_report(folder, run: dict | None = None) -> Path:
+def write_report(folder, run: dict | None = None, results: list[tuple[str, dict]] | None = None) -> Path:
     """Write every figure page and index.html for the results in `folder`. `run`: its run.json content
-    (read from the folder when not given). Returns the index path."""
+    (read from the folder when not given); `results`: [(stem, parsed result)] already read and checked (read
+    from the folder when not given). Every figure is built before the first file is written. Returns the index
+    path."""
     folder = Path(folder)
     run = run if run is not None else _read_run(folder)
-    results = _results(folder)
+    results = results if results is not None else _results(folder)
+    built = [(stem, d, _figures(folder, stem, d)) for stem, d in results]  # every figure before any file is written
     ensure_plotly_js(folder)
     from interp.figures.base import write_html
 
     parts, figure_files = [], []
-    for stem, d in results:
-        figs = (_figures_of(stem) or (lambda _: {}))(d)
+    for stem, d, figs in built:
         parts.append(f"<h2 id='{stem}'>{_esc(stem.replace('_', ' '))}</h2>")
         summary = d.get("summary")
         if isinstance(summary, str):
@@ -201,9 +255,23 @@ window.addEventListener("error", function (e) {{ window.__jsErrors.push(String(e
     return index
 
 
+def _figures(folder: Path, stem: str, d: dict) -> dict:
+    """The figures of result `d`; a result whose inner structure is not what its figures read (a field of the
+    wrong shape deeper than RESULT_FIELDS checks) is InvalidInputError naming the file, not a traceback."""
+    from interp.errors import InvalidInputError
+
+    try:
+        return (_figures_of(stem) or (lambda _: {}))(d)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        raise InvalidInputError(f"result file {folder / (stem + '.json')} is damaged: its {stem} data cannot be "
+                                f"drawn ({what[:200]}); {RERUN}") from None
+
+
 def _read_run(folder: Path) -> dict:
     f = folder / "run.json"
     try:
-        return json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
+        d = json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
     except ValueError:
         return {}
+    return d if isinstance(d, dict) else {}

@@ -199,7 +199,7 @@ def run_probes(store, config: ProbeConfig | None = None, model=None,
         store.check_model(model)
     if not store.complete:
         raise InvalidInputError(f"store {store.path} is incomplete ({store.n_sequences} of "
-                                f"{store.manifest['identity']['n_sequences']} sequences); rerun the same "
+                                f"{store.manifest['identity'].get('n_sequences', '?')} sequences); rerun the same "
                                 f"`interp cache` command to finish it")
     sites = probe_sites(store, cfg.sites)
     plan = Plan(store, cfg)
@@ -223,10 +223,11 @@ def run_probes(store, config: ProbeConfig | None = None, model=None,
         prov = provenance(model)
     m = store.manifest
     info = {"path": str(store.path), "n_tokens": store.n_tokens, "n_sequences": store.n_sequences,
-            "dataset": m.get("dataset"), "model_id": m["model"].get("id"), "max_length": m["config"]["max_length"],
+            "dataset": m.get("dataset"), "model_id": store.model.get("id"),
+            "max_length": m.get("config", {}).get("max_length"),
             "n_test_sequences": int(len(np.unique(plan.seq[plan.split == TEST]))),
             "categories": plan.categories}
-    return ProbeResult(model=m["model"].get("name"), store=info, config=asdict(cfg), layers=layers, heads=heads,
+    return ProbeResult(model=store.model.get("name"), store=info, config=asdict(cfg), layers=layers, heads=heads,
                        provenance=prov)
 
 

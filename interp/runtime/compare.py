@@ -82,6 +82,7 @@ def _kind(x) -> str:
 
 def compare_trees(a, b, name: str = "", atol: float = 1e-8, rtol: float = 1e-6) -> FileComparison:
     """Compare two parsed result files leaf by leaf (see the module docstring)."""
+    check_tolerances(atol, rtol)
     out = FileComparison(name)
     numeric: list[Difference] = []
 
@@ -133,9 +134,23 @@ def _summary(x):
     return f"<list of {len(x)}>" if isinstance(x, list) else f"<{_kind(x)}>" if isinstance(x, dict) else x
 
 
+def check_tolerances(atol, rtol, atol_name: str = "atol", rtol_name: str = "rtol") -> None:
+    """Refuse a tolerance that is negative or not a finite number: rtol=inf makes every pair of numbers agree
+    and nan fails every `<` check while passing `< 0`, so either would turn the comparison off silently."""
+    from interp.errors import InvalidInputError
+
+    for name, v in ((atol_name, atol), (rtol_name, rtol)):
+        if not _is_number(v) or not math.isfinite(v) or v < 0:
+            why = ("an infinite or nan tolerance would make any two numbers agree (or none)"
+                   if _is_number(v) and not math.isfinite(v) else "a tolerance is a distance")
+            raise InvalidInputError(f"{name} must be a finite number >= 0, got {v!r}: {why}; the defaults are "
+                                    f"atol 1e-08, rtol 1e-06")
+
+
 def compare_runs(a: str, b: str, trees_a: dict[str, object], trees_b: dict[str, object], atol: float = 1e-8,
                  rtol: float = 1e-6) -> RunComparison:
-    """trees_*: result file name -> parsed JSON of each run folder."""
+    """trees_*: result file name -> parsed JSON of each run folder. Tolerances: finite numbers >= 0."""
+    check_tolerances(atol, rtol)
     common = [n for n in trees_a if n in trees_b]
     return RunComparison(a, b, atol, rtol, [compare_trees(trees_a[n], trees_b[n], n, atol, rtol) for n in common],
                          sorted(set(trees_a) - set(trees_b)), sorted(set(trees_b) - set(trees_a)))

@@ -1,4 +1,5 @@
-"""Strict JSON for every file interp writes: no NaN/Infinity literals, written atomically."""
+"""Strict JSON for every file interp writes: no NaN/Infinity literals, written atomically; and `read_json`, the
+checked reader of the JSON files interp reads back (result files, run.json) for `report` and `compare`."""
 
 from __future__ import annotations
 
@@ -38,3 +39,85 @@ def write_json(obj: dict, path: str | Path) -> None:
     tmp = path.with_suffix(path.suffix + ".partial")
     tmp.write_text(dumps(obj, indent=2))
     tmp.replace(path)
+
+
+MAX_DEPTH = 64  # interp's own files nest under 15 levels; deeper is not one of them (and would exhaust recursion)
+
+
+def _json_type(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    return {dict: "object", list: "list", str: "string", int: "number", float: "number"}.get(type(v), type(v).__name__)
+
+
+def depth(obj, limit: int = MAX_DEPTH) -> int:
+    """How deeply `obj` nests (a scalar 0, [] 1, [[1]] 2), counted without recursion; stops past `limit`."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        x, d = stack.pop()
+        if isinstance(x, (dict, list)):
+            deepest = max(deepest, d)
+            if deepest > limit:
+                return deepest
+            stack.extend((v, d + 1) for v in (x.values() if isinstance(x, dict) else x))
+    return deepest
+
+
+def _unclosed(text: str) -> bool:
+    """Does `text` end inside a string or with brackets left open (a JSON file cut short, whatever its last
+    characters)? Only on the error path: one pass over the text."""
+    opened, in_str, escaped = 0, False, False
+    for ch in text:
+        if in_str:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            opened += 1
+        elif ch in "]}":
+            opened -= 1
+    return in_str or opened > 0
+
+
+def read_json(path: str | Path, what: str, fix: str, want: type | None = dict):
+    """The parsed JSON file at `path`, or InvalidInputError in one line naming it (`what`: "result file",
+    "run.json", ...), what is wrong and `fix` (what to do): missing, a folder, not UTF-8, not JSON (cut short:
+    the file ends inside a value), nested past MAX_DEPTH (JSON nested 100,000 deep ends in a RecursionError in
+    the parser or in any recursive reader after it), or not of type `want` (a JSON list where an object is
+    expected)."""
+    from interp.errors import InvalidInputError
+
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidInputError(f"{what} {path}: {'a directory, not a file' if p.is_dir() else 'no such file'}")
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise InvalidInputError(f"{what} {path} cannot be read ({e.strerror or e}); {fix}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidInputError(f"{what} {path} is not UTF-8 text (byte {e.start}); {fix}") from None
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        raise InvalidInputError(f"{what} {path} is nested too deeply to be a file interp wrote (more than "
+                                f"{MAX_DEPTH} levels); {fix}") from None
+    except json.JSONDecodeError as e:
+        cut = " (it ends inside a value: the file is cut short)" if _unclosed(text) else ""
+        raise InvalidInputError(f"{what} {path} is not valid JSON at line {e.lineno}, column {e.colno} ({e.msg})"
+                                f"{cut}; {fix}") from None
+    if depth(obj) > MAX_DEPTH:
+        raise InvalidInputError(f"{what} {path} is nested too deeply to be a file interp wrote (more than "
+                                f"{MAX_DEPTH} levels); {fix}")
+    if want is not None and not isinstance(obj, want):
+        raise InvalidInputError(f"{what} {path} holds a JSON {_json_type(obj)}, not a JSON {_json_type(want())}; "
+                                f"{fix}")
+    return obj

@@ -108,6 +108,9 @@ class TextFile(TextData):
                         obj = json.loads(line)
                     except json.JSONDecodeError as e:
                         raise InvalidInputError(f"{self.path}:{lineno}: not valid JSON ({e.msg})") from None
+                    except RecursionError:
+                        raise InvalidInputError(f"{self.path}:{lineno}: JSON nested too deeply to be a text "
+                                                f"record") from None
                     if not isinstance(obj, dict) or not isinstance(obj.get(self.key), str):
                         raise InvalidInputError(f"{self.path}:{lineno}: expected an object with a string "
                                                 f"{self.key!r} field (choose the field with --text-key)")

