@@ -26,6 +26,7 @@ BUILDS_DIR = DATA_DIR / "theta"
 DEFAULT_BASE = "tiny-llama"
 DEFAULT_THETAS = (1e3, 1e4, 5e5)
 DEFAULT_SEEDS = (2, 3)
+ROTARY_ARCHS = ("llama", "qwen2")  # the organism archs whose positions are rotary (rope_theta applies)
 
 
 def _num(x: float) -> str:
@@ -51,8 +52,14 @@ class Variant:
         return [f"rope_theta={_num(self.rope_theta)}", f"seed={self.seed}"]
 
     def config(self) -> OrganismConfig:
-        """The full organism config of this variant."""
-        return config_with(self.base, self.overrides)
+        """The full organism config of this variant. A base without rotary positions (arch gpt2: learned
+        absolute positions) is a ValueError: rope_theta would be set and mean nothing."""
+        cfg = config_with(self.base, self.overrides)
+        if cfg.arch not in ROTARY_ARCHS:
+            raise ValueError(f"{self.base} has no rotary position embedding (arch {cfg.arch}: learned absolute "
+                             f"positions), so rope_theta means nothing there; sweep an organism with RoPE "
+                             f"(--base tiny-llama or tiny-qwen2)")
+        return cfg
 
     def build_argv(self, out: Path, steps: int | None = None) -> list[str]:
         """The build command (`steps`: truncate the curriculum, for smoke tests)."""

@@ -43,6 +43,10 @@ def run_sweep(args, argv: list[str]) -> int:
     if out.exists() and not out.is_dir():
         return _err(f"--out {out} is a file; give a folder")
     builds_dir = Path(args.builds) if args.builds else BUILDS_DIR
+    blocked = next((p for p in (builds_dir, *builds_dir.parents) if p.exists() and not p.is_dir()), None)
+    if blocked is not None:  # checked before any build starts (mkdir would end in FileExistsError / NotADirectoryError)
+        return _err(f"--builds {builds_dir}: {blocked} is a file, not a folder; give the folder where variant builds "
+                    f"are found and made")
     try:
         if args.no_build:
             found = {v.name: locate_build(v, builds_dir) for v in variants}

@@ -292,6 +292,10 @@ CASES = [  # (command line, text the one-line error must contain)
     ("organisms eval tiny-qwen2 --ioi-prompts 0", "--ioi-prompts: 0 is below the minimum 1"),
     ("organisms eval tiny-qwen2 --control-draws -1", "--control-draws: -1 is below the minimum 0"),
     ("organisms eval tiny-qwen2 --ioi-prompts many", "--ioi-prompts: 'many' is not an integer"),
+    ("organisms sweep --builds {afile}", "is a file, not a folder; give the folder where variant builds are found"),
+    ("organisms sweep --builds {afile}/sub --no-build", "is a file, not a folder"),
+    ("organisms sweep --base tiny-gpt2", "tiny-gpt2 has no rotary position embedding (arch gpt2"),
+    ("organisms sweep --base tiny-gpt2 --no-build", "so rope_theta means nothing there; sweep an organism with RoPE"),
     # --- separators, lengths past what the model can take, run folders ---
     ("detect retrieval --separator \\x --needles {needles_ok} NIAH", "bad escape \\x"),
     ("detect retrieval --separator \\u12 --needles {needles_ok} NIAH", "bad escape \\u"),
