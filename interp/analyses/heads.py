@@ -39,7 +39,10 @@ def _check_bounds(heads, spec) -> None:
                                     f"query heads 0..{spec.n_heads - 1}")
 
 
-def _from_file(p: Path) -> tuple[tuple[HeadId, ...], str]:
+def _from_file(p: Path, model_name: str | None = None) -> tuple[tuple[HeadId, ...], str]:
+    """The heads of a --heads file: ids (text), or a retrieval.json / induction.json, which must have been
+    computed on `model_name` when it names its model (as `--from` requires: head ids mean nothing on another
+    model)."""
     from interp.tasks.jsonl import read_user_text
 
     text = read_user_text(p, "--heads file")
@@ -47,10 +50,15 @@ def _from_file(p: Path) -> tuple[tuple[HeadId, ...], str]:
         try:
             d = json.loads(text)
             heads = d["heads"] if "heads" in d else d["induction_heads"]
-            return as_heads(heads), f"file {p}"
+            heads = as_heads(heads)
         except (KeyError, json.JSONDecodeError, TypeError, RecursionError):
             raise InvalidInputError(f"{p} is not a retrieval.json or induction.json (needs a 'heads' or "
                                     "'induction_heads' list)") from None
+        made_on = d.get("model")
+        if model_name is not None and made_on is not None and made_on != model_name:
+            raise InvalidInputError(f"--heads {p} was computed on {made_on!r}, not {model_name!r}: its head ids "
+                                    f"name heads of another model; detect on {model_name!r} or pass its model")
+        return heads, f"file {p}"
     return as_heads(text.replace("\n", ",").replace(" ", ",")), f"file {p}"
 
 
@@ -166,6 +174,6 @@ def resolve_heads(spec_text: str | Sequence, model, *, niah=None, samples=None, 
         is_file = len(spec_text) < 4096 and p.is_file()
     except OSError:  # a long head list is no file name
         is_file = False
-    heads, source = _from_file(p) if is_file else (as_heads(spec_text, n_heads=spec.n_heads), "explicit")
+    heads, source = _from_file(p, model.name) if is_file else (as_heads(spec_text, n_heads=spec.n_heads), "explicit")
     _check_bounds(heads, spec)  # fail before any decoding, with the model's bounds in the message
     return HeadSelection(heads, source)

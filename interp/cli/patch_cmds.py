@@ -58,7 +58,30 @@ def _pairs(m, pairs_file, task, lengths, depths, seeds, copy_length, seed, n_pai
     return repeated_pairs(m, length=copy_length, n=seeds, seed=seed)
 
 
-def patch(model: Optional[str] = MODEL,
+# options that mean something to some --method only (a given option another method would ignore is refused)
+METHOD_OPTIONS = {"senders": ("path",), "receivers": ("path",), "via": ("path",),
+                  "verify_top": ("atp", "atp-qk"), "verify_sample": ("atp", "atp-qk"),
+                  "site": ("exact", "atp", "atp-qk"), "positions": ("exact", "atp", "atp-qk"),
+                  "align": ("exact", "atp", "atp-qk")}
+
+
+def _check_method_options(ctx, method: str, via: str, receivers: Optional[str]) -> None:
+    """Refuse options the chosen --method would ignore (the result would record settings that did not shape it),
+    and --receivers with --via logits (a direct effect has no receivers: the result would list receivers and a
+    pass through them that never ran). Checked before the model loads."""
+    from interp.cli.options import given
+
+    for name, methods in METHOD_OPTIONS.items():
+        if method not in methods and given(ctx, name):
+            flag = "--" + name.replace("_", "-")
+            raise InvalidInputError(f"{flag} applies to --method {' / '.join(methods)} only, not to --method {method}: "
+                                    f"drop it (or choose one of those methods)")
+    if method == "path" and via == "logits" and receivers:
+        raise InvalidInputError("--via logits measures the senders' direct effect on the logits, through no "
+                                "receiver: drop --receivers, or choose --via q, k or v to go through them")
+
+
+def patch(ctx: typer.Context, model: Optional[str] = MODEL,
           pairs: Optional[str] = typer.Option(None, "--pairs", help='JSONL: {"clean": ..., "corrupt": ..., "answer": '
                                               '" X", "wrong": " Y"} per line; clean and corrupt of a pair must '
                                               "tokenise to the same length."),
@@ -124,6 +147,7 @@ def patch(model: Optional[str] = MODEL,
 
     if method not in ("exact", "path") + ATP_METHODS:
         raise InvalidInputError(f"--method {method!r}: valid methods are exact, {', '.join(ATP_METHODS)}, path")
+    _check_method_options(ctx, method, via, receivers)
     if max_memory is not None and device_map is None:
         raise InvalidInputError("patch sizes its passes by tokens (--max-batch), not by a memory budget: "
                                 "--max-memory applies with --device-map only")

@@ -11,7 +11,7 @@ from interp.cli.experiment import (experiment_grid, prepare_heads, prompt_task, 
                                    write_task_prompts)
 from interp.cli.options import (BATCH, CSV, DEPTHS, DEVICE, DEVICE_MAP, DTYPE, HAYSTACK, HEADS_HELP, JSON, LENGTHS,
                                 MAX_MEMORY, MAX_NEW, METRIC, MODEL, NEEDLES, OUT, OVERWRITE, PROMPTS, REVISION, SEEDS,
-                                SEPARATOR, THRESHOLD, niah_config)
+                                SEPARATOR, THRESHOLD, given, niah_config)
 from interp.cli.output import console, heads_cell, note_niah, progress_bar
 from interp.runtime.jsonio import dumps
 from interp.cli.runs import final_path, open_run, write_result
@@ -115,6 +115,12 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
         raise InvalidInputError(f"--mode {mode!r}: valid modes are {', '.join(ABLATION_MODES)}")
     if random_pool not in ("layer", "any"):
         raise InvalidInputError(f"--random-pool {random_pool!r}: use layer (same count per layer) or any")
+    if n_heads is not None and heads != "random":
+        raise InvalidInputError(f"--n-heads applies with --heads random only (how many random heads); --heads "
+                                f"{heads} names its heads: drop --n-heads")
+    if curve is None and given(ctx, "ks"):
+        raise InvalidInputError("--ks applies with --curve only (the head counts of a curve): add --curve keep or "
+                                "--curve mask, or drop --ks")
     k_list = _curve_ks(curve, ks, heads)
     saved = saved_detection(heads, from_dir)
     niah = experiment_grid(ctx, saved, prompts, lengths, depths, seeds, haystack, needles, separator, max_new_tokens)

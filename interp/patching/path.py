@@ -120,6 +120,9 @@ def run_path_patching(model, pairs: Sequence[PatchPair], senders, receivers=(), 
                                     f"0..{spec.n_heads - 1}")
     if not senders:
         raise InvalidInputError("path patching needs sender heads, e.g. --senders L0H0")
+    if via == "logits" and receivers:
+        raise InvalidInputError("path patching via logits is the senders' direct effect, through no receiver: "
+                                "pass no receivers, or via q, k or v to go through them")
     if via != "logits":
         if not receivers:
             raise InvalidInputError("path patching via q/k/v needs receiver heads, e.g. --receivers L1H1")

@@ -243,6 +243,21 @@ CASES = [  # (command line, text the one-line error must contain)
     ("patch --method path", "--method path needs --senders"),
     ("patch --method path --senders L99H0 --receivers L1H0", "head L99H0 is outside the model"),
     ("patch --method path --senders L0H0 --via bogus", "--via 'bogus'"),
+    # options that contradict each other or do not apply to the chosen mode (issue 43)
+    ("patch --method path --senders L0H0 --via logits --receivers L1H1", "--via logits measures the senders' direct "
+     "effect on the logits, through no receiver: drop --receivers"),
+    ("patch --method path --senders L0H0 --receivers L1H1 --site head_out", "--site applies to --method exact / atp / "
+     "atp-qk only, not to --method path"),
+    ("patch --method path --senders L0H0 --receivers L1H1 --positions=-1", "--positions applies to"),
+    ("patch --senders L0H0", "--senders applies to --method path only, not to --method exact"),
+    ("patch --via q", "--via applies to --method path only"),
+    ("patch --method atp --receivers L1H1", "--receivers applies to --method path only, not to --method atp"),
+    ("patch --verify-top 3", "--verify-top applies to --method atp / atp-qk only, not to --method exact"),
+    ("patch --method path --senders L0H0 --receivers L1H1 --verify-sample 3", "--verify-sample applies to"),
+    ("ablate --heads L0H0 --ks 1,2 NIAH", "--ks applies with --curve only"),
+    ("ablate --heads L0H0 --n-heads 3 NIAH", "--n-heads applies with --heads random only"),
+    ("ablate --heads {heads_other_model} NIAH", "was computed on 'tiny-llama', not 'tiny-qwen2': its head ids name "
+     "heads of another model"),
     ("cache --sites bogus", "unknown site 'bogus'"),
     ("cache --layers 99", "layer(s) [99] out of range"),
     ("cache --layers x", "--layers must be comma-separated integers"),
@@ -351,6 +366,7 @@ def files(tmp_path_factory):
     put("heads_shape", '{"a": 1}', ".json")
     put("heads_nonutf8", b"L0H0,\xff")
     put("heads_ids", "L0H0\nL99H0\n")
+    put("heads_other_model", json.dumps({"model": "tiny-llama", "heads": ["L0H0"]}), ".json")
     put("pairs_shape", '{"clean": 3}\n', ".jsonl")
     put("badjson_data", "{bad\n", ".jsonl")
     put("nokey_data", '{"body": "hello there"}\n', ".jsonl")
