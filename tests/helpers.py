@@ -196,3 +196,31 @@ def make_checkpoint(path: Path, seed: int = 0, layers: int = 2) -> Path:
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(ORGANISM_TOKENIZER / f, path / f)
     return path
+
+
+def o_proj_zeroed_logits(hf, heads, head_dim: int, x) -> torch.Tensor:
+    """The reference for head ablation: the logits of `hf` (a Llama/Qwen/Gemma-style transformers model) on `x`
+    with the heads' slices of each layer's o_proj input zeroed by plain torch forward pre-hooks.
+    `heads`: head ids in any form interp takes ("L3H2", HeadId, ...)."""
+    from interp.sites import as_heads
+
+    by_layer: dict[int, list[int]] = {}
+    for h in as_heads(heads):
+        by_layer.setdefault(h.layer, []).append(h.head)
+
+    def zero(hs):
+        def pre(module, args):
+            z = args[0].clone()
+            for h in hs:
+                z[..., h * head_dim:(h + 1) * head_dim] = 0
+            return (z,) + args[1:]
+        return pre
+
+    handles = [hf.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(zero(hs))
+               for layer, hs in by_layer.items()]
+    try:
+        with torch.no_grad():
+            return hf(x).logits
+    finally:
+        for h in handles:
+            h.remove()

@@ -22,9 +22,8 @@ import torch
 import interp
 from interp.models.fetch import FETCHABLE, fetch, fetched_path, gguf_path
 from interp.runtime.provenance import provenance
-from interp.sites import as_heads
 
-from tests.helpers import run_cli
+from tests.helpers import o_proj_zeroed_logits, run_cli
 
 pytestmark = pytest.mark.real
 ALIASES = ("smollm2-135m", "gemma3-270m")
@@ -148,27 +147,7 @@ def test_head_ablation_equals_an_o_proj_prehook(alias, heads):
     x = model.tokenizer(TEXT, return_tensors="pt").input_ids
     with model.intervene(interp.AblateHeads(heads)):
         got = model.forward(x)
-    hf, d = _hf(alias), model.spec.head_dim
-    by_layer: dict[int, list[int]] = {}
-    for h in as_heads(heads):
-        by_layer.setdefault(h.layer, []).append(h.head)
-
-    def zero(hs):
-        def pre(module, args):
-            z = args[0].clone()
-            for h in hs:
-                z[..., h * d:(h + 1) * d] = 0
-            return (z,) + args[1:]
-        return pre
-
-    handles = [hf.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(zero(hs))
-               for layer, hs in by_layer.items()]
-    try:
-        with torch.no_grad():
-            want = hf(x).logits
-    finally:
-        for h in handles:
-            h.remove()
+    want = o_proj_zeroed_logits(_hf(alias), heads, model.spec.head_dim, x)
     assert (got - want).abs().max().item() <= 1e-4
     assert (got - model.forward(x)).abs().max().item() > 1e-2  # the ablation does something
 

@@ -29,8 +29,8 @@ import torch
 
 import interp
 from interp.models.fetch import FETCHABLE, fetched_path, gguf_path
-from interp.sites import as_heads
 
+from tests.helpers import o_proj_zeroed_logits
 from tests.models.test_real_models import _MODELS, TEXT, _hf, model_of
 
 pytestmark = pytest.mark.real
@@ -173,27 +173,8 @@ def test_head_ablation_equals_an_o_proj_prehook(model):
     x = model.tokenizer(TEXT, return_tensors="pt").input_ids
     with model.intervene(interp.AblateHeads(heads)):
         got = model.forward(x)
-    hf, d = _hf(ALIAS), model.spec.head_dim
-    by_layer: dict[int, list[int]] = {}
-    for h in as_heads(heads):
-        by_layer.setdefault(h.layer, []).append(h.head)
-
-    def zero(hs):
-        def pre(module, args):
-            z = args[0].clone()
-            for h in hs:
-                z[..., h * d:(h + 1) * d] = 0
-            return (z,) + args[1:]
-        return pre
-
-    handles = [hf.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(zero(hs))
-               for layer, hs in by_layer.items()]
-    try:
-        with torch.no_grad():
-            want = hf(x).logits
-    finally:
-        for h in handles:
-            h.remove()
+    hf = _hf(ALIAS)
+    want = o_proj_zeroed_logits(hf, heads, model.spec.head_dim, x)
     del hf
     gc.collect()
     assert (got - want).abs().max().item() <= 1e-4

@@ -21,6 +21,8 @@ import torch
 import interp
 from interp.models.fetch import FETCHABLE, fetched_path
 
+from tests.helpers import o_proj_zeroed_logits
+
 pytestmark = pytest.mark.real
 ALIAS = "qwen2.5-coder-1.5b"
 
@@ -71,22 +73,6 @@ def test_head_ablation_equals_an_o_proj_prehook(model):
     x = model.tokenizer("def add(a, b):\n    return a + b\n\nprint(add(2, 3))", return_tensors="pt").input_ids
     with model.intervene(interp.AblateHeads([f"L{layer}H{h}" for layer, hs in heads.items() for h in hs])):
         got = model.forward(x).float()
-
-    def zero(hs):
-        def pre(module, args):
-            z = args[0].clone()
-            for h in hs:
-                z[..., h * d:(h + 1) * d] = 0
-            return (z,) + args[1:]
-        return pre
-
-    handles = [model.hf.model.layers[layer].self_attn.o_proj.register_forward_pre_hook(zero(hs))
-               for layer, hs in heads.items()]
-    try:
-        with torch.no_grad():
-            want = model.hf(x).logits.float()
-    finally:
-        for h in handles:
-            h.remove()
+    want = o_proj_zeroed_logits(model.hf, [f"L{layer}H{h}" for layer, hs in heads.items() for h in hs], d, x).float()
     assert (got - want).abs().max().item() <= 1e-2, (got - want).abs().max().item()
     assert (got - model.forward(x).float()).abs().max().item() > 0.1  # the ablation does something
