@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from interp.errors import InvalidInputError
-from interp.cli.options import parse_ints
+from interp.cli.options import finite, parse_ints
 from interp.cli.output import progress_bar
 from interp.runtime.jsonio import dumps
 from interp.cli.runs import final_path, write_result
@@ -59,7 +59,10 @@ def _pairs(m, pairs_file, task, lengths, depths, seeds, copy_length, seed, n_pai
 
 
 # options that mean something to some --method only (a given option another method would ignore is refused)
-METHOD_OPTIONS = {"senders": ("path",), "receivers": ("path",), "via": ("path",),
+# token positions the rows of an exact grid may recompute without --max-tokens: a full resid_pre grid of 20
+# 1024-token pairs on a 30-layer model is 3e8; a pair 35 times past tiny-qwen2's trained length, 1e10
+MAX_TOKENS = 1e9
+METHOD_OPTIONS = {"max_tokens": ("exact",), "senders": ("path",), "receivers": ("path",), "via": ("path",),
                   "verify_top": ("atp", "atp-qk"), "verify_sample": ("atp", "atp-qk"),
                   "site": ("exact", "atp", "atp-qk"), "positions": ("exact", "atp", "atp-qk"),
                   "align": ("exact", "atp", "atp-qk")}
@@ -134,6 +137,10 @@ def patch(ctx: typer.Context, model: Optional[str] = MODEL,
                                          "|estimate| per site."),
           verify_sample: int = typer.Option(20, "--verify-sample", min=0, help="atp*: ... and of this many random other "
                                             "cells."),
+          max_tokens: float = typer.Option(MAX_TOKENS, "--max-tokens", min=1, callback=finite, help="exact: refuse a "
+                                           "grid whose (pair, cell) rows would recompute more token positions than "
+                                           "this, counted before it starts; raise it to run a larger grid on "
+                                           "purpose."),
           device: Optional[str] = DEVICE, revision: Optional[str] = REVISION, device_map: Optional[str] = DEVICE_MAP,
           max_memory: Optional[str] = PATCH_MAX_MEMORY, model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT,
           overwrite: bool = OVERWRITE, as_json: bool = JSON, csv: bool = typer.Option(False, "--csv", help="Print the tidy table on stdout.")):
@@ -157,9 +164,20 @@ def patch(ctx: typer.Context, model: Optional[str] = MODEL,
     _check_corrupt(corrupt, task)
     o, m = open_run("patch", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed, n_pairs, corrupt)
-    from interp.patching.run import planned_rows
+    from interp.patching.run import planned_work
 
-    total, what = (planned_rows(m, ps, cfg), "patching rows") if method == "exact" else (len(cfg.sites), f"{method} sites")
+    if method == "exact":
+        total, tokens = planned_work(m, ps, cfg)
+        what = "patching rows"
+        if tokens > max_tokens:
+            n = [p.n for p in ps]
+            raise InvalidInputError(f"this grid's {total:,} (pair, cell) rows would recompute {tokens:.3g} token "
+                                    f"positions ({len(ps)} pairs of {min(n):,}{'' if min(n) == max(n) else f'-{max(n):,}'}"
+                                    f" tokens, sites {','.join(cfg.sites)}), over --max-tokens {max_tokens:.3g}: nothing "
+                                    f"was run; narrow it (--site, --positions, shorter pairs) or pass --max-tokens "
+                                    f"{tokens:.3g} to run it as asked")
+    else:
+        total, what = len(cfg.sites), f"{method} sites"
     prog, advance = progress_bar(total, what)
     with prog:
         if method == "exact":

@@ -69,8 +69,12 @@ def read_pairs(path: str | Path, tokenizer) -> list[PatchPair]:
                                     '{"clean": ..., "corrupt": ..., "answer": " X", "wrong": " Y"}')
         clean = bos + list(tokenizer(obj["clean"], add_special_tokens=False)["input_ids"])
         corrupt = bos + list(tokenizer(obj["corrupt"], add_special_tokens=False)["input_ids"])
-        pairs.append(PatchPair(clean, corrupt, _single(tokenizer, obj["answer"], where, "answer"),
-                               _single(tokenizer, obj["wrong"], where, "wrong"), where))
+        answer, wrong = _single(tokenizer, obj["answer"], where, "answer"), _single(tokenizer, obj["wrong"], where, "wrong")
+        if answer == wrong:
+            raise InvalidInputError(f"{where}: answer {obj['answer']!r} and wrong {obj['wrong']!r} are the same token "
+                                    f"(id {answer}): the metric (answer - wrong) is 0 by construction, whatever the "
+                                    f"model does; give the corrupt prompt's own answer as wrong")
+        pairs.append(PatchPair(clean, corrupt, answer, wrong, where))
     if not pairs:
         raise InvalidInputError(f"pairs file {path} has no pairs")
     return pairs

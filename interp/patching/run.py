@@ -314,11 +314,23 @@ def _rows(model, site: str, config, lengths, anchors, labels):
 
 def planned_rows(model, pairs: Sequence[PatchPair], config: PatchingConfig | None = None) -> int:
     """How many (pair, cell) rows `run_patching` will evaluate: the total of its progress bar."""
+    return planned_work(model, pairs, config)[0]
+
+
+def planned_work(model, pairs: Sequence[PatchPair], config: PatchingConfig | None = None) -> tuple[int, int]:
+    """(rows, tokens) of the grid `run_patching` will evaluate, counted before it runs: its (pair, cell) rows
+    and the token positions they recompute (a row patching position p of an n-token prompt recomputes the n - p
+    positions from p on; an all-position cell all n), the measure a grid too large to start is refused by."""
     config = config or PatchingConfig()
     pairs = list(pairs)
     lengths = sides(pairs, config.direction)[2]
     anchors, labels = _position_axis(pairs, config, lengths)
-    return int(sum(len(_rows(model, s, config, lengths, anchors, labels)[0]) for s in config.sites))
+    rows = tokens = 0
+    for s in config.sites:
+        row_pair, _, row_k = _rows(model, s, config, lengths, anchors, labels)
+        rows += len(row_pair)
+        tokens += int(np.where(row_k > 0, row_k, lengths[row_pair]).sum())
+    return rows, tokens
 
 
 def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | None = None,

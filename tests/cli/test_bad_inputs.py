@@ -254,6 +254,15 @@ CASES = [  # (command line, text the one-line error must contain)
     ("patch --method atp --receivers L1H1", "--receivers applies to --method path only, not to --method atp"),
     ("patch --verify-top 3", "--verify-top applies to --method atp / atp-qk only, not to --method exact"),
     ("patch --method path --senders L0H0 --receivers L1H1 --verify-sample 3", "--verify-sample applies to"),
+    ("patch --pairs {pairs_same}", ":2: answer ' red' and wrong ' red' are the same token"),
+    ("patch --pairs {pairs_same}", "the metric (answer - wrong) is 0 by construction"),
+    ("patch --max-tokens 1000", "(pair, cell) rows would recompute"),
+    ("patch --max-tokens 1000", "over --max-tokens 1e+03: nothing was run; narrow it (--site, --positions, shorter "
+     "pairs) or pass --max-tokens"),
+    ("patch --pairs {pairs_long}", "(1 pairs of 72,005 tokens, sites resid_pre), over --max-tokens 1e+09"),
+    ("patch --max-tokens 0", "'--max-tokens'"),
+    ("patch --max-tokens inf", "inf is not a finite number"),
+    ("patch --method atp --max-tokens 10", "--max-tokens applies to --method exact only"),
     ("ablate --heads L0H0 --ks 1,2 NIAH", "--ks applies with --curve only"),
     ("ablate --heads L0H0 --n-heads 3 NIAH", "--n-heads applies with --heads random only"),
     ("ablate --heads {heads_other_model} NIAH", "was computed on 'tiny-llama', not 'tiny-qwen2': its head ids name "
@@ -366,6 +375,11 @@ def files(tmp_path_factory):
     put("heads_shape", '{"a": 1}', ".json")
     put("heads_nonutf8", b"L0H0,\xff")
     put("heads_ids", "L0H0\nL99H0\n")
+    put("pairs_same", '{"clean": "The red door", "corrupt": "The blue door", "answer": " red", "wrong": " blue"}\n'
+        '{"clean": "The red door", "corrupt": "The blue door", "answer": " red", "wrong": " red"}\n', ".jsonl")
+    long = "The red door is open. " * 12000
+    put("pairs_long", json.dumps({"clean": long + "The red door", "corrupt": long + "The blue door", "answer": " red",
+                                  "wrong": " blue"}) + "\n", ".jsonl")
     put("heads_other_model", json.dumps({"model": "tiny-llama", "heads": ["L0H0"]}), ".json")
     put("pairs_shape", '{"clean": 3}\n', ".jsonl")
     put("badjson_data", "{bad\n", ".jsonl")
