@@ -172,25 +172,26 @@ results-real-ioi: setup models
 		--out $(IR)/ioi-abc-path-movers-q
 	$(PY) bench/ioi_summary.py --root $(IR)
 
-# The Qwen2.5-Coder models (docs/results-real.md#qwen25-coder-05b-and-15b), in bfloat16 (docs/precision.md: every
-# verdict of the precision study held in bfloat16), one torch thread: retrieval heads of the 0.5B at 1K and 2K on the
-# book, masking them vs layer-matched random sets at 2K, the per-head statistics (finding iii), induction heads; on
-# the 1.5B (head_dim 128, as Qwen2.5-7B) RoPE zeroing at the paper's doses, 8 / 16 / 32 of 128 dims (4 / 8 / 16
-# rotary pairs), on a reduced grid (8 prompts, one random draw each).
+# The Qwen2.5-Coder models (docs/results-real.md#qwen25-coder-05b-and-15b), in bfloat16 (docs/precision.md), one torch
+# thread, on a reduced grid (3 depths x 4 seeds): retrieval heads of the 0.5B at 1K and 2K on the book, masking them
+# vs layer-matched random sets at 2K, the per-head statistics (finding iii); on the 1.5B (head_dim 128, as
+# Qwen2.5-7B) RoPE zeroing at the paper's doses, 8 / 16 / 32 of 128 dims, with one random-dims draw and one matched
+# head set; then the 0.5B's induction heads.
 Q5 = runs/results-real/qwen2.5-coder-0.5b
 Q15 = runs/results-real/qwen2.5-coder-1.5b
+QNIAH := --haystack sherlock-holmes --depths 0,0.5,1 --n-seeds 4
 results-real-qwen: setup
 	$(I) models fetch qwen2.5-coder-0.5b qwen2.5-coder-1.5b
-	$(RI) detect retrieval --model qwen2.5-coder-0.5b --model-dtype bfloat16 $(REAL_NIAH) --lengths 1024,2048 \
+	$(RI) detect retrieval --model qwen2.5-coder-0.5b --model-dtype bfloat16 $(QNIAH) --lengths 1024,2048 \
 		--overwrite --out $(Q5)/retrieval
 	$(RI) ablate --model qwen2.5-coder-0.5b --model-dtype bfloat16 --heads retrieval --from $(Q5)/retrieval \
-		--haystack sherlock-holmes --depths 0,0.5,1 --n-seeds 4 --lengths 2048 --draws 3 --overwrite --out $(Q5)/ablate
+		$(QNIAH) --lengths 2048 --draws 3 --overwrite --out $(Q5)/ablate
 	$(RI) rope-profile --model qwen2.5-coder-0.5b --model-dtype bfloat16 --heads retrieval --from $(Q5)/retrieval \
 		--haystack sherlock-holmes --n-texts 16 --n-tokens 512 --overwrite --out $(Q5)/rope-profile
-	$(RI) detect induction --model qwen2.5-coder-0.5b --model-dtype bfloat16 --draws 10 --overwrite --out $(Q5)/induction
 	$(RI) rope-zero --model qwen2.5-coder-1.5b --model-dtype bfloat16 --heads retrieval --haystack sherlock-holmes \
-		--lengths 1024 --depths 0.25,0.75 --n-seeds 4 --unit dims --dims 0,8,16,32 --random-draws 1 --head-draws 1 \
+		--lengths 1024 --depths 0.25,0.75 --n-seeds 3 --unit dims --dims 0,8,16,32 --random-draws 1 --head-draws 1 \
 		--overwrite --out $(Q15)/rope-zero
+	$(RI) detect induction --model qwen2.5-coder-0.5b --model-dtype bfloat16 --draws 10 --overwrite --out $(Q5)/induction
 
 # Finding (ii) as a controlled experiment (docs/results.md#retrieval-heads-vs-rope_theta): tiny-llama variants
 # that differ only in rope_theta (1e3, 1e4, 5e5) and training seed (2, 3, plus the seeds in THETA_ADD); builds the
