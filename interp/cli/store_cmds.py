@@ -187,7 +187,8 @@ def _print_probes(r: dict, out: Path):
     from interp.cli.output import console
     from rich.table import Table
 
-    t = Table(title=f"{r['model']}: probes on {r['store']['n_tokens']} tokens "
+    probed = r["store"].get("n_probed_tokens", r["store"]["n_tokens"])
+    t = Table(title=f"{r['model']}: probes on {probed} of {r['store']['n_tokens']} tokens "
                     f"({r['store']['n_test_sequences']} held-out sequences)")
     for col in ("site", "pos R² (shuf)", "category acc (shuf / maj)", "token acc (shuf / maj)",
                 "angle cat° (random)", "var pos/ctx/rest", "pos[t]: 2 PCs, smooth"):

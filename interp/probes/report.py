@@ -9,8 +9,10 @@ def _f(x, nd=3):
 
 def markdown(result: dict) -> str:
     s = result["store"]
-    lines = [f"**{result['model']}**: {s['n_tokens']} tokens, {s['n_sequences']} sequences of up to "
-             f"{s['max_length']} tokens ({s['dataset'].get('kind')}), {s['n_test_sequences']} held-out sequences "
+    probed = s.get("n_probed_tokens")  # results before it recorded every stored token as probed
+    lines = [f"**{result['model']}**: {s['n_tokens']} tokens"
+             f"{'' if probed is None or probed == s['n_tokens'] else f' ({probed} probed)'}, {s['n_sequences']} sequences of up to "
+             f"{s['max_length']} tokens ({(s.get('dataset') or {}).get('kind')}), {s['n_test_sequences']} held-out sequences "
              f"score every probe; special tokens excluded"
              + ((", and the first position of every sequence." if k == 1 else
                  f", and the first {k} positions of every sequence.")

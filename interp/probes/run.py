@@ -112,6 +112,14 @@ class Plan:
             raise InvalidInputError(f"no token left to probe: skip_first={cfg.skip_first} leaves out every position "
                                     f"of store {store.path} (its sequences have up to {int(self.pos.max()) + 1} tokens)"
                                     if len(self.pos) else f"store {store.path} holds no tokens")
+        left = np.unique(self.pos[self.valid])
+        need = max(2, cfg.pos_dims + 1)  # R^2 over one position is undefined; pos[t]'s PCs need more points
+        if len(left) < need:
+            raise InvalidInputError(
+                f"skip_first={cfg.skip_first} leaves {len(left)} position(s) of store {store.path} to probe "
+                f"({', '.join(map(str, left[:5].tolist()))}; its sequences have up to {int(self.pos.max()) + 1} tokens): "
+                f"the position probe and the {cfg.pos_dims}-dim positional subspace need at least {need}; lower "
+                f"--skip-first or cache longer sequences")
         n_seq = store.n_sequences
         if n_seq < 10:
             raise InvalidInputError(f"store {store.path} holds {n_seq} sequences; probes need at least 10 "
@@ -222,7 +230,8 @@ def run_probes(store, config: ProbeConfig | None = None, model=None,
 
         prov = provenance(model)
     m = store.manifest
-    info = {"path": str(store.path), "n_tokens": store.n_tokens, "n_sequences": store.n_sequences,
+    info = {"path": str(store.path), "n_tokens": store.n_tokens, "n_probed_tokens": int(plan.valid.sum()),
+            "n_sequences": store.n_sequences,
             "dataset": m.get("dataset"), "model_id": store.model.get("id"),
             "max_length": m.get("config", {}).get("max_length"),
             "n_test_sequences": int(len(np.unique(plan.seq[plan.split == TEST]))),

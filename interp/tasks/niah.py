@@ -18,7 +18,7 @@ Needles (`needles_file`, else `needle_source`):
   of the same seed contains the shorter one's sentences. With the standard needles this is an
   offline fallback for real text, and the config says so (`haystack_fallback`).
 - a text file, or a directory of .txt files (read in sorted name order, joined by blank lines);
-  cycled if shorter than the context.
+  cycled if shorter than the context, with an InterpWarning saying how many times it repeats.
 The needle and question are inserted exactly as given; with anything but the corpus needles and
 haystack `separator` (default "\n") goes between the haystack and the question. Every config
 records what ran: `needles` ("corpus" | "standard" | the file), `haystack` ("corpus" | the file or
@@ -377,6 +377,8 @@ def build_niah(tokenizer, config: NiahConfig) -> list[NiahSample]:
     hay_units = _load_haystack_units(config.haystack_file, tok) if config.haystack_file else None
     sep_ids = _encode(tok, config.separator) if (needles or hay_units) and config.separator else []
     samples = []
+    hay_tokens = sum(len(ids) for ids, _ in hay_units) if hay_units is not None else 0
+    most = 0  # the most haystack tokens one prompt holds (more than hay_tokens: the haystack repeats in it)
     for n_ctx in config.context_lengths:
         for depth in config.depths:
             for k, seed in enumerate(config.seeds):
@@ -404,6 +406,7 @@ def build_niah(tokenizer, config: NiahConfig) -> list[NiahSample]:
                 after = [t for s in sents[cut:] for t in s]
                 if hay_units is not None:  # a user's haystack fills the context: whole words of the next sentence
                     after += _fill_words(tok, words, budget - used)
+                    most = max(most, len(before) + len(after))
                 if hay_units is not None and not before + after:
                     raise InvalidInputError(f"context length {n_ctx} leaves {budget} tokens for the haystack, less "
                                             f"than its first word: use longer --lengths")
@@ -415,7 +418,23 @@ def build_niah(tokenizer, config: NiahConfig) -> list[NiahSample]:
                     question=nd["question"], answer=nd["answer"], answer_ids=_encode(tok, nd["answer"]),
                 ))
     _check_distinct(samples)
+    if hay_units is not None and most > hay_tokens:
+        _warn_cycled(config, hay_tokens, most)
     return samples
+
+
+def _warn_cycled(config: "NiahConfig", hay_tokens: int, most: int) -> None:
+    """An InterpWarning (printed and recorded in run.json) when a user haystack is shorter than the contexts and
+    repeats inside a prompt: a context that holds the same text twice is not a long document (the model can
+    attend to the earlier copy), so recall there measures something else."""
+    import warnings
+
+    from interp.errors import InterpWarning
+
+    warnings.warn(InterpWarning(
+        f"haystack {config.haystack_file} is {hay_tokens:,} tokens, shorter than the {max(config.context_lengths):,}"
+        f"-token contexts: it repeats {most / hay_tokens:.1f} times in the longest prompts (recall on a repeated text "
+        f"is not recall on a long document); give a haystack of at least {most:,} tokens"), stacklevel=3)
 
 
 def score_answer(continuation: str, answer: str) -> tuple[bool, bool]:

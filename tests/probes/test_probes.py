@@ -95,6 +95,15 @@ def test_skip_first_leaves_a_massive_first_position_out(tmp_path):
     assert rest["position"]["r2_test"] > 0.9
     with pytest.raises(InvalidInputError, match="no token left to probe"):
         run_probes(store, ProbeConfig(skip_first=40, **cfg))
+    # issue 43: one position left made R^2 nan everywhere; the headline counted tokens that were not probed
+    with pytest.raises(InvalidInputError, match=r"skip_first=38 leaves 2 position\(s\) .* \(38, 39; .* the position "
+                                                r"probe and the 2-dim positional subspace need at least 3"):
+        run_probes(store, ProbeConfig(skip_first=38, **cfg))
+    res = run_probes(store, ProbeConfig(skip_first=1, **cfg))
+    assert res.store["n_probed_tokens"] == 60 * 39 and res.store["n_tokens"] == 60 * 40
+    from interp.probes.report import markdown
+
+    assert "2400 tokens (2340 probed)" in markdown(res.to_dict())
 
 
 def test_minilm_position_and_offset_head(tmp_path):

@@ -206,3 +206,24 @@ def test_a_haystack_without_spaces_fills_the_context_without_inserting_any(tmp_p
         before = tok.decode(s.input_ids[1:a])  # after <s>
         for part in (before, after):
             assert "\ufffd" not in part and " " not in part.strip() and part.strip() in SOSEKI * 8
+
+
+def test_a_haystack_shorter_than_the_context_is_cycled_with_a_warning_saying_how_often(tok, tmp_path):
+    """Issue 43: a haystack far shorter than the context was cycled without a word. The prompts are still built
+    (a user may mean it), with an InterpWarning naming the file, its length and the repeats; a haystack long
+    enough for every context builds without one."""
+    import warnings
+
+    from interp.errors import InterpWarning
+
+    hay = tmp_path / "short.txt"
+    hay.write_text("Plain words about the river and the town. " * 3)
+    cfg = NiahConfig(context_lengths=(128, 512), depths=(0.5,), n_seeds=2, haystack_file=str(hay),
+                     needle_source="standard")
+    with pytest.warns(InterpWarning, match=r"short\.txt is \d+ tokens, shorter than the 512-token contexts: it "
+                                           r"repeats \d+\.\d times in the longest prompts"):
+        assert len(build_niah(tok, cfg)) == 4
+    hay.write_text("Plain words about the river and the town. " * 200)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InterpWarning)
+        build_niah(tok, cfg)
