@@ -47,7 +47,10 @@ def test_user_files_insert_needle_and_question_verbatim(tok, tmp_path):
                                    "answer": " a mango"}) + "\n")
     cfg = NiahConfig(context_lengths=(200,), depths=(0.5,), n_seeds=1, haystack_file=str(hay),
                      needles_file=str(needles), separator=" ||")
-    samples = build_niah(tok, cfg)
+    from interp.errors import InterpWarning
+
+    with pytest.warns(InterpWarning, match="repeats"):  # 45 tokens of haystack in a 200-token context
+        samples = build_niah(tok, cfg)
     for s in samples:
         assert 196 <= len(s.input_ids) <= 200  # the haystack is cycled to fill the context, up to a whole word
         a, b = s.needle_span
