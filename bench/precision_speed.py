@@ -153,8 +153,8 @@ def child_main(spec: dict) -> None:
 PLAN = {  # work -> [(seq, extra spec)]
     "matmul": [(1024, {})],
     "sdpa": [(1024, {}), (4096, {})],
-    "forward": [(1024, {"batch": 1}), (4096, {"batch": 1})],
-    "body": [(1024, {"batch": 1}), (4096, {"batch": 1})],
+    "forward": [(1024, {"batch": 1})],
+    "body": [(1024, {"batch": 1})],
     "rows": [(4096, {})],
     "detect": [(1024, {}), (4096, {})],
     "ablate": [(1024, {"batch": 1})],
