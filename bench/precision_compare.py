@@ -220,6 +220,94 @@ def forward_checks(model: str, n_texts: int = 4, n_tokens: int = 1024, row_posit
     return out
 
 
+def _ci_text(c) -> str:
+    return "-" if not c else f"{c[0]:+.2f} [{c[1]:+.2f}, {c[2]:+.2f}], p = {c[3]:.2g}"
+
+
+def markdown(res: dict) -> str:
+    """The study's rows for docs/precision.md: what was compared, the float32 and bfloat16 values, agreement."""
+    a, m = res["analyses"], res["model"]
+    rows = []
+    if "retrieval" in a:
+        r = a["retrieval"]
+        rows.append(("retrieval heads (score > 0.1)", f"{r['n_heads']['float32']}", f"{r['n_heads']['bfloat16']}",
+                     f"Jaccard {r['jaccard']:.2f}; scores Spearman {r['spearman_scores']:.3f}, max abs diff "
+                     f"{r['max_abs_score_diff']:.3f}; only in one: "
+                     + (", ".join(sorted(set(r['heads']['float32']) ^ set(r['heads']['bfloat16']))) or "none")))
+        rows.append(("NIAH recall (all prompts)", f"{r['baseline_recall']['float32']:.2f}",
+                     f"{r['baseline_recall']['bfloat16']:.2f}", "same" if r['baseline_recall']['float32']
+                     == r['baseline_recall']['bfloat16'] else "differs"))
+    if "induction" in a:
+        r = a["induction"]
+        rows.append(("induction heads", ", ".join(r["induction_heads"]["float32"]),
+                     ", ".join(r["induction_heads"]["bfloat16"]),
+                     f"{'identical' if r['same_set'] else 'DIFFERENT'}; induction scores Spearman "
+                     f"{r['spearman_induction']:.4f}, max abs diff {r['max_abs_diff_induction']:.3f}; previous-token "
+                     f"heads Jaccard {r['prev_token_jaccard']:.2f}"))
+        t = r["ablation_target_vs_random"]
+        rows.append(("ablating them vs random sets, second-copy loss (nats)", _ci_text(t.get("float32")),
+                     _ci_text(t.get("bfloat16")), "same verdict" if r["verdict_same"] else "VERDICT CHANGES"))
+    if "ablate" in a:
+        r = a["ablate"]
+        f, b = r["float32"], r["bfloat16"]
+        rows.append(("(i) masking retrieval heads: recall baseline -> masked (random sets)",
+                     f"{f['baseline']:.2f} -> {f['target']:.2f} ({f['random_pooled']:.2f})",
+                     f"{b['baseline']:.2f} -> {b['target']:.2f} ({b['random_pooled']:.2f})", ""))
+        rows.append(("(i) target vs pooled random", _ci_text(f["target_vs_random"]), _ci_text(b["target_vs_random"]),
+                     "same verdict" if r["verdict_same"] else "VERDICT CHANGES"))
+    if "rope-profile" in a:
+        r = a["rope-profile"]
+        for k in ("low_share", "qk_norm"):
+            if k in r["float32"] and k in r["bfloat16"]:
+                f, b = r["float32"][k], r["bfloat16"][k]
+                rows.append((f"(iii) {k}: Cohen's d [CI], layer-clustered p",
+                             f"{f[0]:+.2f} [{f[1]:+.2f}, {f[2]:+.2f}], p = {f[3]:.2g}",
+                             f"{b[0]:+.2f} [{b[1]:+.2f}, {b[2]:+.2f}], p = {b[3]:.2g}", ""))
+        rows.append(("(iii) verdicts (CI excludes 0, p < 0.05) of every statistic", "", "",
+                     ("same" if r["verdict_same"] else "CHANGE") + f"; usage Spearman {r['spearman_usage']:.3f}"))
+    if "rope-zero" in a:
+        r = a["rope-zero"]
+        for f, b in zip(r["float32"][1:], r["bfloat16"][1:]):
+            rows.append((f"(iv) {f['dose']} lowest pairs zeroed: recall (random pairs / matched heads); task loss +",
+                         f"{f['target']:.2f} ({f['random_dims']:.2f} / {f['matched_heads']:.2f}); "
+                         f"{f['task_loss_diff']:+.2f}",
+                         f"{b['target']:.2f} ({b['random_dims']:.2f} / {b['matched_heads']:.2f}); "
+                         f"{b['task_loss_diff']:+.2f}", ""))
+        rows.append(("(iv) CI verdicts vs random pairs and matched heads", "", "",
+                     f"{r['ci_verdicts_same']} the same"))
+    if "ioi-resid" in a:
+        r = a["ioi-resid"]["resid_pre"]
+        rows.append(("IOI exact patching, resid_pre every layer x position (normalised effects)", "", "",
+                     f"Pearson {r['pearson']:.4f}, max abs diff {r['max_abs_diff']:.3f}, same top cell: "
+                     f"{r['argmax_same']}"))
+    if "ioi-atp" in a and "atp_vs_exact" in a["ioi-atp"]:
+        v = a["ioi-atp"]["atp_vs_exact"]
+        for site in v["float32"]:
+            f, b = v["float32"][site], v["bfloat16"].get(site, {})
+            rows.append((f"AtP-QK vs exact, {site}: Pearson, top-k recall",
+                         f"{f.get('pearson', float('nan')):.3f}, {f.get('top_k_recall', float('nan')):.2f}",
+                         f"{b.get('pearson', float('nan')):.3f}, {b.get('top_k_recall', float('nan')):.2f}", ""))
+    if "probe" in a:
+        rows.append(("probes: held-out position R² per layer", "", "",
+                     f"max abs diff {a['probe']['max_abs_r2_diff']:.3f}"))
+    fw = res.get("forward")
+    if fw:
+        rows.append((f"logits on the book ({fw['tokens']} tokens)", "", "",
+                     f"max abs diff {fw['max_abs_logit_diff']:.3f} (mean {fw['mean_abs_logit_diff']:.4f}); top-1 agreement "
+                     f"{fw['top1_agreement']:.4f}; KL mean {fw['kl_mean']:.5f} (max {fw['kl_max']:.3f}); loss "
+                     f"{fw['loss']['float32']:.4f} vs {fw['loss']['bfloat16']:.4f}"))
+        rw = fw["rows_vs_eager_float32"]
+        rows.append(("bf16 attention rows vs float32 eager weights (last 4 positions, every layer)", "", "",
+                     f"max abs diff {rw['max_abs_diff']:.4f}; top-1 source agreement {rw['top1_source_agreement']:.3f}"))
+    cost = {k: v for k, v in res["cpu_s"].items() if v.get("ratio")}
+    lines = [f"**{m}**", "", "| compared | float32 | bfloat16 | agreement |", "|---|---|---|---|"]
+    lines += [f"| {w} | {f} | {b} | {g} |" for w, f, b, g in rows]
+    if cost:
+        lines += ["", "CPU seconds (float32 / bfloat16, from run.json): " + "; ".join(
+            f"{k} {v['float32']:.0f} / {v['bfloat16']:.0f} ({v['ratio']:.2f}x)" for k, v in cost.items())]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model")
@@ -243,7 +331,7 @@ def main(argv=None) -> int:
     out = Path(a.out or f"bench/results/precision-{a.model}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x))
-    print(json.dumps(res, indent=1)[:20000])
+    print(markdown(res))
     return 0
 
 
