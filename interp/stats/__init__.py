@@ -32,6 +32,8 @@ Where scipy is used and where not
   within a build) of head counts; `slope_permutation`: the pairing permutation test of a slope, enumerated
   and vectorised in numpy (scipy's `permutation_test` gives the same p-values - the tests check it - but its
   exact enumeration took 75 s at n = 7).
+* `holm` / `benjamini_hochberg` (stats/multiple.py): multiple-comparison adjustment, hand-written (a sort and a
+  running max / min); `benjamini_hochberg` equals `scipy.stats.false_discovery_control` (tested).
 * `column_mean_ci`: vectorised percentile bootstrap over pairs for every cell of a patching grid
   (scipy's bootstrap runs one statistic at a time; a grid has thousands of cells).
 """
@@ -39,9 +41,10 @@ Where scipy is used and where not
 from interp.stats._common import BCA_MAX_N, EXACT_SIGN_FLIP_MAX_N
 from interp.stats.grid import GridEstimate, column_mean_ci
 from interp.stats.heads import MatchedDraws, matched_random_heads, threshold_sweep
+from interp.stats.multiple import adjust, benjamini_hochberg, holm
 from interp.stats.paired import Estimate, PairedComparison, cohens_d, mean_ci, paired_diff, sets_mean_ci
 from interp.stats.permutation import PermutationResult, layer_clustered_permutation
 
 __all__ = ["BCA_MAX_N", "EXACT_SIGN_FLIP_MAX_N", "Estimate", "GridEstimate", "column_mean_ci", "MatchedDraws", "PairedComparison", "PermutationResult",
-           "cohens_d", "layer_clustered_permutation", "matched_random_heads", "mean_ci", "paired_diff",
+           "adjust", "benjamini_hochberg", "holm", "cohens_d", "layer_clustered_permutation", "matched_random_heads", "mean_ci", "paired_diff",
            "sets_mean_ci", "threshold_sweep"]
