@@ -186,7 +186,8 @@ class InductionResult:
                           model=self.model)
 
     def causal_frame(self):
-        """The causal check as a long table: one row per (condition, metric)."""
+        """The causal check as a long table: one row per (condition, metric), then the target vs the pooled
+        random sets per metric (role "test"; `note`: fewer distinct random sets than asked)."""
         import pandas as pd
 
         if not self.causal:
@@ -195,7 +196,10 @@ class InductionResult:
 
         rows = [ConditionStats(**c) for c in self.causal["conditions"]]
         pooled = [ConditionStats(**self.causal["random_pooled"])] if self.causal["random_pooled"] else []
-        return Comparison("late_loss", rows, pooled, self.causal["target_vs_random"]).to_frame()
+        note = self.causal.get("controls_note")
+        notes = {} if not note or not pooled else {pooled[0].name: note, **{
+            f"target vs {t['y']}": note for t in self.causal["target_vs_random"]}}
+        return Comparison("late_loss", rows, pooled, self.causal["target_vs_random"]).to_frame(notes)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -99,7 +99,9 @@ class RopeZeroResult:
         return asdict(self)
 
     def to_frame(self):
-        """One row per (dose, condition): the metric with CI and the paired diff vs baseline."""
+        """One row per (dose, condition): the metric with CI and the paired diff vs baseline (p, the smallest p its
+        design allows, the Holm-adjusted p); then per dose the target vs the pooled random dims and vs the pooled
+        matched heads (condition "target vs ... (pooled)", the difference in the diff columns)."""
         import pandas as pd
 
         recs = []
@@ -109,13 +111,17 @@ class RopeZeroResult:
                 blocks += [("random dims (pooled)", d.random_pooled, None), ("matched heads (pooled)", d.matched_pooled, None)]
             blocks += [(f"random dims {i + 1}", r, r["dims"].get("dims")) for i, r in enumerate(d.random_dims)]
             blocks += [(f"matched heads {i + 1}", r, None) for i, r in enumerate(d.matched_heads)]
+            blocks += [(f"target vs {what} (pooled)", {"vs_baseline": t}, None)
+                       for what, t in (("random dims", d.target_vs_random_dims),
+                                       ("matched heads", d.target_vs_matched_heads)) if t]
             for name, b, dims in blocks:
                 if not b:
                     continue
-                e, v = b["metric"], b.get("vs_baseline") or {}
+                e, v = b.get("metric") or {}, b.get("vs_baseline") or {}
                 recs.append({"model": self.model, "dose": d.dose, "condition": name, "metric": self.metric,
-                             "mean": e["mean"], "lo": e["lo"], "hi": e["hi"], "diff": v.get("diff"),
-                             "diff_lo": v.get("diff_lo"), "diff_hi": v.get("diff_hi"), "p_value": v.get("p_value"),
+                             "mean": e.get("mean"), "lo": e.get("lo"), "hi": e.get("hi"),
+                             **{c: v.get(c) for c in ("diff", "diff_lo", "diff_hi", "p_value", "p_floor", "p_holm",
+                                                      "p_note")},
                              "dims": None if dims is None else ",".join(map(str, dims)),
                              "heads": ",".join(b.get("heads", self.heads if name == "target" else []))})
             recs.append({"model": self.model, "dose": d.dose, "condition": "task: corpus loss", "metric": "loss",

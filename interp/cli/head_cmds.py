@@ -89,7 +89,8 @@ def detect_induction(model: Optional[str] = MODEL,
 
 
 def _print_induction(d: dict, out) -> None:
-    from interp.cli.output import console
+    from interp.cli.output import console, print_tests
+    from interp.figures.text import adjusted, p_cell
     from rich.table import Table
 
     c = console()
@@ -111,16 +112,16 @@ def _print_induction(d: dict, out) -> None:
     cz = d["causal"]
     if cz:
         t = Table(title=f"{cz['mode']} ablation of {', '.join(cz['heads'])} ({cz['heads_source']})")
-        for col in ("condition", "heads", "second-copy loss [95% CI]", "diff vs baseline [95% CI]", "ICL score"):
+        for col in ("condition", "heads", "second-copy loss [95% CI]", "diff vs baseline [95% CI]", "p (sign-flip)",
+                    "p (Holm)", "ICL score"):
             t.add_column(col)
         for cond in cz["conditions"] + ([cz["random_pooled"]] if cz["random_pooled"] else []):
             ll, v = cond["estimates"]["late_loss"], (cond["vs_baseline"] or {}).get("late_loss")
             t.add_row(cond["name"], heads_cell(cond["heads"]), f"{ll['mean']:.3f} [{ll['lo']:.3f}, {ll['hi']:.3f}]",
                       "-" if v is None else f"{v['diff']:+.3f} [{v['diff_lo']:+.3f}, {v['diff_hi']:+.3f}]",
-                      f"{cond['estimates']['icl']['mean']:+.3f}")
+                      p_cell(v), adjusted(v), f"{cond['estimates']['icl']['mean']:+.3f}")
         c.print(t)
-        if cz.get("controls_note"):
-            c.print(f"note: {cz['controls_note']}", highlight=False)
+        print_tests("induction", d, digits=3)
     c.print(f"written to {final_path(out)}/")
 
 

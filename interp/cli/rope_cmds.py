@@ -80,7 +80,7 @@ def _fmt(block):
 
 
 def _print_rope_zero(d, o):
-    from interp.cli.output import console
+    from interp.cli.output import console, print_tests
     from rich.table import Table
 
     t = Table(title=f"{d['model']}: {d['band']} band zeroed ({d['side']} side) in {len(d['heads'])} heads "
@@ -93,6 +93,7 @@ def _print_rope_zero(d, o):
         t.add_row(str(r["dose"]), _fmt(r["target"]), _fmt(r["random_pooled"]), _fmt(r["matched_pooled"]), loss)
     c = console()
     c.print(t)
+    print_tests("rope_zero", d)
     if d["baseline"]["rope"]["freqs_by_theta"]:  # layer types with their own thetas (Gemma-3)
         _print_thetas(c, d["baseline"]["rope"]["heads_by_theta"], "target heads")
     c.print(f"written to {final_path(o)}/")
@@ -143,13 +144,19 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
         return
     c = console()
     if d["comparisons"]:
+        from interp.figures.text import effect, p_note, permutation_p
+
+        notes = []
         for name, cmp_ in sorted(d["comparisons"].items(), key=lambda kv: kv[0] != d["statistic"]):
             p = cmp_["layer_clustered_permutation"]
             lo, hi = cmp_["cohens_d_ci"]
             c.print(f"{name}{' (chosen)' if name == d['statistic'] else ''}: retrieval {cmp_['mean_retrieval']:.3f} "
                     f"(n={cmp_['n_retrieval']}) vs other {cmp_['mean_other']:.3f} (n={cmp_['n_other']}); Cohen's d = "
-                    f"{cmp_['cohens_d']:.2f} [{lo:.2f}, {hi:.2f}], layer-clustered permutation p = {p['p_value']:.3g}",
-                    highlight=False)
+                    f"{effect(cmp_['cohens_d'])} [{lo:.2f}, {hi:.2f}], {permutation_p(p)}", highlight=False)
+            if p_note(p) and p_note(p) not in notes:
+                notes.append(p_note(p))
+        for n in notes:
+            c.print(f"note: {n}", highlight=False)
     else:
         c.print("no comparison: every head or no head is labelled retrieval")
     if d["pair_freqs_by_theta"]:
