@@ -172,16 +172,22 @@ class InductionResult:
     n_seqs: int
     config: dict
     provenance: dict
-    single_head_effects: dict | None = None  # with sweep: {"late_loss": [layer][head], "early_loss": ...} changes
+    # with sweep: {"late_loss": [layer][head], "early_loss": ...} changes, and per head the sign-flip p of the
+    # late-loss change (late_loss_p), its Benjamini-Hochberg p over every head (late_loss_p_bh) and its floor
+    single_head_effects: dict | None = None
 
     def to_frame(self):
-        """One row per (layer, head, quantity): pattern and OV scores (and single-head ablation effects with
-        the sweep), `is_induction` marked; causal conditions are in `causal_frame()`."""
+        """One row per (layer, head, quantity): pattern and OV scores (and with the sweep single-head ablation
+        effects, their sign-flip p and Benjamini-Hochberg p over the heads), `is_induction` marked; causal
+        conditions are in `causal_frame()`."""
         from interp.figures.tables import head_frame
 
         grids = {**self.scores, **{f"tl_{k}": v for k, v in self.tl_scores.items()}}
-        if self.single_head_effects:
-            grids.update({f"ablation_delta_{k}": v for k, v in self.single_head_effects.items() if k != "mode"})
+        sweep = self.single_head_effects or {}
+        names = {"late_loss": "ablation_delta_late_loss", "early_loss": "ablation_delta_early_loss",
+                 "late_loss_p": "ablation_p_late_loss", "late_loss_p_bh": "ablation_p_bh_late_loss",
+                 "late_loss_p_floor": "ablation_p_floor_late_loss"}
+        grids.update({names[k]: v for k, v in sweep.items() if k in names})
         return head_frame(grids, {"is_induction": self.induction_heads, "is_prev_token": self.prev_token_heads},
                           model=self.model)
 
@@ -293,7 +299,20 @@ def _sweep(model, task, clean, config, means, progress) -> dict:
     for h in heads:
         late[h.layer, h.head] = (out[str(h)]["late_loss"] - clean["late_loss"]).mean()
         early[h.layer, h.head] = (out[str(h)]["early_loss"] - clean["early_loss"]).mean()
-    return {"late_loss": late.round(6).tolist(), "early_loss": early.round(6).tolist(), "mode": config.mode}
+    from interp import stats
+
+    # one test per head: the sign-flip p of its second-copy loss change over sequences, and Benjamini-Hochberg
+    # over every head (which heads matter is a screen of many heads: a false discovery rate, not one test)
+    d = np.stack([out[str(h)]["late_loss"] - clean["late_loss"] for h in heads], axis=1)
+    t = stats.column_sign_flip(d, n_perm=config.n_perm, seed=config.seed)
+    shape = (spec.n_layers, spec.n_heads)
+    return {"late_loss": late.round(6).tolist(), "early_loss": early.round(6).tolist(), "mode": config.mode,
+            "late_loss_p": t.p_value.reshape(shape).round(8).tolist(),
+            "late_loss_p_bh": t.p_bh.reshape(shape).round(8).tolist(),
+            "late_loss_p_floor": t.p_floor.reshape(shape).round(8).tolist(),
+            "p_method": (f"sign-flip over {d.shape[0]} sequences per head ("
+                         + ("every sign pattern" if t.exact else f"{t.n_perm} sign patterns drawn, +1") + "); "
+                         f"p_bh: Benjamini-Hochberg over the {len(heads)} heads")}
 
 
 def _reference_batches(config: InductionConfig, pool, bos):

@@ -122,6 +122,16 @@ def _print_induction(d: dict, out) -> None:
                       p_cell(v), adjusted(v), f"{cond['estimates']['icl']['mean']:+.3f}")
         c.print(t)
         print_tests("induction", d, digits=3)
+    sw = d.get("single_head_effects")
+    if sw and sw.get("late_loss_p_bh") is not None:
+        late, bh = sw["late_loss"], sw["late_loss_p_bh"]
+        hits = sorted(((abs(late[l][h]), l, h) for l in range(len(bh)) for h in range(len(bh[l]))
+                       if bh[l][h] is not None and bh[l][h] < 0.05), reverse=True)
+        n = sum(len(r) for r in bh)
+        c.print(f"single-head sweep: {len(hits)} of {n} heads change the second-copy loss at Benjamini-Hochberg "
+                f"p < 0.05 (false discovery rate over the {n} heads; raw p in induction.json"
+                + ("" if not hits else "): " + ", ".join(f"L{l}H{h} {late[l][h]:+.3f}" for _, l, h in hits[:12])
+                   + (" ..." if len(hits) > 12 else "")) + ("" if hits else ")"), highlight=False, soft_wrap=True)
     c.print(f"written to {final_path(out)}/")
 
 

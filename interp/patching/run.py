@@ -68,7 +68,8 @@ class PatchingConfig:
     `normalize`: (patched - base) / (donor - base), pairs whose gap is below `min_gap` left out. `max_batch`:
     rows per forward; `reuse_prefix`: start per-position cells from the base run's KV cache; `skip_layers`: start
     each row at its cell's layer from the base run's residual stream. `align`: end |
-    anchor position axis; `positions` / `cells`: only those. `n_boot`: bootstrap resamples for the CIs."""
+    anchor position axis; `positions` / `cells`: only those. `n_boot`: bootstrap resamples for the CIs; `n_perm`:
+    sign patterns drawn per cell test (every pattern when 2^n_pairs <= max(n_perm, 4096))."""
 
     sites: tuple[str, ...] = ("resid_pre",)
     direction: str = "denoising"
@@ -82,6 +83,7 @@ class PatchingConfig:
     cells: dict | None = None  # {site: [cell index tuples over the site's axes]}: only those (e.g. AtP checks)
     min_gap: float = 1e-6
     n_boot: int = 1000
+    n_perm: int = 2000  # sign patterns per cell test when 2^n_pairs is larger (else all are enumerated)
     seed: int = 0
 
     def __post_init__(self):
@@ -108,6 +110,11 @@ class SiteGrid:
     per_pair: list  # [pair][...axes], NaN where the pair lacks the cell
     positions: list[int] | None = None
     kv_query_heads: list[list[int]] | None = None  # k/v: the query heads each key-value head feeds
+    # exact patching: per cell, the sign-flip p of the mean effect (patched - base) over pairs, the smallest p its
+    # design allows, and the Benjamini-Hochberg p over the site's cells (stats.column_sign_flip); None for AtP
+    p_value: list | None = None
+    p_floor: list | None = None
+    p_bh: list | None = None
 
 
 @dataclass
@@ -142,7 +149,9 @@ class PatchingResult:
 
     def to_frame(self):
         """One row per (site, cell): the axes' values, mean, lo, hi, n_pairs, and `effect` (the mean patching
-        effect, patched minus base: `site_effect`)."""
+        effect, patched minus base: `site_effect`); exact patching adds `p_value` (sign-flip over pairs of that
+        effect), `p_floor` (the smallest p the cell's design allows) and `p_bh` (Benjamini-Hochberg over the
+        site's cells: many cells, many tests)."""
         import pandas as pd
 
         d = self.to_dict()
@@ -151,11 +160,14 @@ class PatchingResult:
             g = g if isinstance(g, SiteGrid) else SiteGrid(**g)
             mean, lo, hi, n = (np.asarray(x, dtype=float) for x in (g.mean, g.lo, g.hi, g.n_pairs))
             effect, _ = site_effect(d, name)
+            tests = None if g.p_value is None else [np.asarray(x, dtype=float) for x in (g.p_value, g.p_floor, g.p_bh)]
             for idx in np.ndindex(mean.shape):
                 rec = {"model": self.model, "site": name, "metric": self.metric, "normalized": self.normalized}
                 for ax, i in zip(g.axes, idx):
                     rec[ax] = g.positions[i] if ax == "position" else i
                 rec.update(mean=mean[idx], lo=lo[idx], hi=hi[idx], n_pairs=int(n[idx]), effect=effect[idx])
+                if tests is not None:
+                    rec.update(p_value=tests[0][idx], p_floor=tests[1][idx], p_bh=tests[2][idx])
                 recs.append(rec)
         return pd.DataFrame.from_records(recs)
 
@@ -418,12 +430,16 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
         per_pair = np.full((len(pairs),) + shape, np.nan)
         per_pair[(row_pair,) + tuple(row_cell.T)] = value
         est = stats.column_mean_ci(per_pair.reshape(len(pairs), -1), n_boot=config.n_boot, seed=config.seed)
+        # the effect each pair's cell had, patched - base (normalised values are relative to base already)
+        effect = per_pair if config.normalize else per_pair - base_value.reshape((-1,) + (1,) * len(shape))
+        test = stats.column_sign_flip(effect.reshape(len(pairs), -1), n_perm=config.n_perm, seed=config.seed)
         grids[site] = SiteGrid(
             site=site, kind=kind.value, axes=list(axes), mean=_nested(est.mean, shape), lo=_nested(est.lo, shape),
             hi=_nested(est.hi, shape), n_pairs=est.n.reshape(shape).tolist(), per_pair=_nested(per_pair, per_pair.shape),
             positions=labels.tolist() if "position" in axes else None,
             kv_query_heads=[[h for h in range(spec.n_heads) if spec.kv_head_of(h) == kv] for kv in range(spec.n_kv_heads)]
-            if "kv_head" in axes else None)
+            if "kv_head" in axes else None,
+            p_value=_nested(test.p_value, shape), p_floor=_nested(test.p_floor, shape), p_bh=_nested(test.p_bh, shape))
 
     cfg = asdict(config)
     cfg["metric"] = metric_name(config.metric)

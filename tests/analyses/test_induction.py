@@ -241,6 +241,14 @@ def test_single_head_sweep_finds_the_circuit():
     others[0, 0] = others[1, 1] = others[2, 2] = False
     assert np.abs(late[others]).max() < 1e-4
     assert np.abs(np.array(d["single_head_effects"]["early_loss"])).max() < 0.05  # first copy: nothing to copy
+    # each head's change is tested (sign-flip over sequences) and adjusted over every head (Benjamini-Hochberg)
+    from interp.stats import benjamini_hochberg
+
+    sw = d["single_head_effects"]
+    p, bh = np.array(sw["late_loss_p"]), np.array(sw["late_loss_p_bh"])
+    assert p[0, 0] == pytest.approx(np.array(sw["late_loss_p_floor"])[0, 0]) and p[0, 0] < 0.05
+    np.testing.assert_allclose(bh.ravel(), benjamini_hochberg(p.ravel()), atol=1e-7)
+    assert bh[1, 1] < 0.05 and "Benjamini-Hochberg" in sw["p_method"]
     from interp.figures.heads import induction_figures
 
     figs = induction_figures(d)

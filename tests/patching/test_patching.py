@@ -192,6 +192,30 @@ def test_result_json_frame_and_figures():
     assert (hm.zmin, hm.zmax, hm.zmid) == (-1, 1, 0) and hm.colorscale[0][1] != hm.colorscale[-1][1]
 
 
+def test_every_cell_has_a_sign_flip_p_and_a_bh_adjusted_one():
+    """Many cells, many tests: each cell's p is the paired sign-flip test of its effect (patched - base) over the
+    pairs, with its floor, beside the Benjamini-Hochberg p over the site's cells."""
+    from interp.stats import benjamini_hochberg, paired_diff
+
+    model = interp.load_model("tiny-random-gpt2")
+    pairs = _pairs((5, 5, 5))
+    for normalize in (True, False):
+        res = run_patching(model, pairs, PatchingConfig(sites=("head_out",), normalize=normalize, n_boot=20))
+        g = res.sites["head_out"]
+        per = np.array(g.per_pair, dtype=float)
+        eff = per if normalize else per - np.array(res.base_value)[:, None, None]
+        p, floor, bh = (np.array(x, dtype=float) for x in (g.p_value, g.p_floor, g.p_bh))
+        for l, h in np.ndindex(p.shape):
+            col = eff[:, l, h][~np.isnan(eff[:, l, h])]
+            assert p[l, h] == pytest.approx(paired_diff(col, np.zeros(col.size), n_boot=10).p_value, abs=1e-9)
+        assert floor.max() == pytest.approx(2 / 8)  # three pairs: 2^3 sign patterns, p >= 0.25 at best
+        np.testing.assert_allclose(bh.ravel(), benjamini_hochberg(p.ravel()), atol=1e-8)
+        df = res.to_frame()
+        assert {"p_value", "p_floor", "p_bh"} <= set(df.columns)
+        row = df[(df["layer"] == 1) & (df["head"] == 0)]
+        assert row.p_value.item() == pytest.approx(p[1, 0]) and row.p_bh.item() == pytest.approx(bh[1, 0])
+
+
 # ---- TransformerLens's patching functions -----------------------------------------------------
 TL_CASES = [("gpt2", False), ("gpt_neox", False), ("llama", False), ("llama", True), ("qwen2", True),
             ("mistral", True), ("gemma2", False), ("olmo2", True)]
