@@ -27,6 +27,9 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
               unit: str = typer.Option("dims", "--unit", help="dims | pairs"),
               side: str = typer.Option("q", "--side", help="q (head-specific) | k (hits the whole GQA group) | both"),
               random_draws: int = typer.Option(3, "--random-draws", min=0, help="Random-dim draws per dose."),
+              random_dims: str = typer.Option("outside", "--random-dims", help="Where random dims come from: "
+                                              "outside (the pairs outside the target band at that dose) | any "
+                                              "(every pair; draws that share pairs with the band are named)."),
               head_draws: int = typer.Option(2, "--head-draws", min=0, help="Matched non-target head sets."),
               from_dir: Optional[str] = FROM, seed: int = typer.Option(0, "--seed"),
               lengths: str = LENGTHS, depths: str = DEPTHS, seeds: int = SEEDS, haystack: Optional[str] = HAYSTACK,
@@ -44,6 +47,8 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
 
     if side not in ZERO_SIDES:
         raise InvalidInputError(f"--side {side!r}: valid sides are {', '.join(ZERO_SIDES)}")
+    if random_dims not in ("outside", "any"):
+        raise InvalidInputError(f"--random-dims {random_dims!r}: valid are outside, any")
     doses = parse_ints(dims, "--dims")
     if band not in ("lowest", "highest", "random"):
         parse_ints(band, "--band")
@@ -65,7 +70,7 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
     prog, advance = progress_bar(exp.n_prompts * n_runs, "rope-zero conditions")
     with prog:
         res = run(m, experiment=exp, band=band, doses=doses, unit=unit, side=side, random_draws=random_draws,
-                  head_draws=head_draws, seed=seed, batch_size=batch_size, progress=advance)
+                  head_draws=head_draws, seed=seed, batch_size=batch_size, progress=advance, random_dims=random_dims)
     d = write_result(res, o, "rope_zero", as_json, csv)
     write_task_prompts(task, exp.samples, m, o / "prompts.jsonl")
     if not (as_json or csv):

@@ -120,7 +120,9 @@ def test_rope_zero_equals_hand_loop_on_tiny_llama(bundled):
 
     rope = model.spec.rope
     band = resolve_dims(rope, "lowest", 8, "dims").dims
-    rnd_dims = [resolve_dims(rope, "random", 8, "dims", seed=i).dims for i in range(2)]
+    # random dims come from outside the target band (its 4 lowest pairs)
+    rnd_dims = [resolve_dims(rope, "random", 8, "dims", seed=i, exclude=resolve_dims(rope, "lowest", 8).pairs).dims
+                for i in range(2)]
     matched = stats.matched_random_heads([(2, 0), (2, 1)], 4, 4, n_draws=1, seed=0).draws[0]
 
     def recall(hs, dims):
@@ -149,6 +151,8 @@ def test_rope_zero_equals_hand_loop_on_tiny_llama(bundled):
     tv["p_method"] += fixed
     assert {k: dose.target_vs_random_dims[k] for k in tv} == tv
     assert dose.target_vs_matched_heads["y"] == "matched-heads-8"
+    assert dose.random_dims_from == "outside the target band" and dose.random_dims_overlap == [0, 0]
+    assert not set(band) & {d for r in dose.random_dims for d in r["dims"]["dims"]} and res.controls_note is None
 
     # task control: next-token loss on corpus passages, computed here from plain logits
     texts = corpus_passages(model.tokenizer, 3, 64, f"rope-task/{niah.first_seed}")
