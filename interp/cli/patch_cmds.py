@@ -215,6 +215,19 @@ def _ioi_scores(m, ps, o, task, n_boot, seed) -> dict | None:
     return res
 
 
+def _metric_words(metric: str, ioi: dict | None) -> str:
+    """What the patching metric is, in the pairs' terms: ' = logit(answer) - logit(wrong)', and on IOI pairs which
+    names those are, said apart from the IOI line's logit(IO) - logit(S) when they differ ("both")."""
+    if metric != "logit_diff":
+        return ""
+    if ioi is None:
+        return " = logit(answer) - logit(wrong)"
+    if ioi.get("corrupt_kind") == "both":
+        return (" = logit(IO) - logit(IO'), IO' the corrupt prompt's IO (the pairs' answer and wrong token; not the "
+                "IOI line's logit(IO) - logit(S))")
+    return " = logit(IO) - logit(S), as on the IOI line (the pairs' answer and wrong token)"
+
+
 def _print_ioi(c, r: dict) -> None:
     def est(e, digits=2):
         return f"{e['mean']:+.{digits}f} [{e['lo']:+.{digits}f}, {e['hi']:+.{digits}f}]"
@@ -222,7 +235,8 @@ def _print_ioi(c, r: dict) -> None:
     def acc(e):
         return f"{e['mean']:.2f} [{e['lo']:.2f}, {e['hi']:.2f}]"
 
-    line = (f"IOI ({r['n_pairs']} pairs, corruption {r['corrupt_kind']}): logit(IO) - logit(S) clean "
+    line = (f"IOI ({r['n_pairs']} pairs, corruption {r['corrupt_kind']}): logit(IO) - logit(S) (the clean prompt's "
+            "names) clean "
             f"{est(r['clean']['logit_diff'])}, accuracy {acc(r['clean']['accuracy'])}; corrupt prompt "
             f"{est(r['corrupt']['logit_diff'])}, accuracy {acc(r['corrupt']['accuracy'])}")
     if "corrupt_own" in r:
@@ -262,7 +276,8 @@ def _print(d: dict, out, ioi: dict | None = None) -> None:
             f"{'normalised ' if d['normalized'] else ''}{d['metric']}")
     base, donor = np.mean(d["base_value"]), np.mean(d["donor_value"])
     runs = ("corrupt", "clean") if d["direction"] == "denoising" else ("clean", "corrupt")  # base, donor
-    c.print(f"unpatched {d['metric']}: base (the {runs[0]} run, patched into) {base:+.3f}, donor (the {runs[1]} "
+    c.print(f"unpatched {d['metric']}{_metric_words(d['metric'], ioi)}: base (the {runs[0]} run, patched into) "
+            f"{base:+.3f}, donor (the {runs[1]} "
             f"run, patched from) {donor:+.3f}"
             + (f"; {len(d['excluded_pairs'])} pairs with donor ~ base left out" if d["excluded_pairs"] else ""))
     from interp.patching.run import pooled_effect, site_effect, unstable_gaps

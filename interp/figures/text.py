@@ -49,15 +49,16 @@ def adjusted(v: dict | None) -> str:
 
 
 def effect(x) -> str:
-    """An effect size (d, d_z) for a table: '-1.23', '-inf (sd 0)' (every paired difference equal and non-zero),
-    '-' when undefined (None, NaN)."""
+    """An effect size (d, d_z) for a table: '-1.23'; '-inf (sd 0)' when every paired difference is the same
+    non-zero value; 'undefined (0/0)' when every difference is 0 (NaN); '-' when there is none (None). The JSON
+    holds the same as null with a "nonfinite" entry ("-inf", "nan"), the CSV as -inf / empty."""
     if x is None:
         return "-"
     x = float(x)
     if math.isinf(x):
         return f"{'+' if x > 0 else '-'}inf (sd 0)"
     if math.isnan(x):
-        return "-"
+        return "undefined (0/0)"
     return f"{x:.2f}"
 
 

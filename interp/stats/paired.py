@@ -60,7 +60,7 @@ class PairedComparison(_ToDict):
 
     diff = mean(x - y) (== mean_x - mean_y up to rounding); [diff_lo, diff_hi] its paired-bootstrap
     CI; p_value a two-sided paired sign-flip permutation test of mean(x - y) == 0; cohens_d the
-    paired d_z = mean(x - y) / sd(x - y, ddof=1) (0.0 if every difference is 0, +-inf if the
+    paired d_z = mean(x - y) / sd(x - y, ddof=1) (NaN, undefined, if every difference is 0; +-inf if the
     differences are all equal and non-zero). n_perm: number of sign patterns actually evaluated
     (2**k when exact, k = n_informative: the pairs whose difference is not 0; the others flip to
     themselves). p_method: "exact sign-flip (2^k patterns of the k non-zero differences)" or
@@ -148,10 +148,10 @@ def paired_diff(x, y, n_boot: int = 10000, n_perm: int = 10000, level: float = 0
       2/1024, where a Monte Carlo p could reach 1/(n_perm+1)). `p_floor`, `at_floor` and `p_note`
       say when p is at that floor or the design has no power (a floor above 0.05).
       Its random stream is independent of the bootstrap's (child of the same seed).
-    * cohens_d: paired d_z = mean(d) / sd(d, ddof=1), d = x - y. Defined as 0.0 when all d are 0
-      and as +inf / -inf (sign of mean(d)) when all d are equal but non-zero - sd 0 makes the
-      ratio unbounded; check `math.isinf` before averaging effect sizes. "Equal" tolerates
-      rounding noise of a few ulps.
+    * cohens_d: paired d_z = mean(d) / sd(d, ddof=1), d = x - y. NaN when all d are 0 (0/0: no
+      effect size to speak of, where 0.0 would read as a measured null) and +inf / -inf (sign of
+      mean(d)) when all d are equal but non-zero - sd 0 makes the ratio unbounded; check
+      `math.isfinite` before averaging effect sizes. "Equal" tolerates rounding noise of a few ulps.
 
     Raises InvalidInputError (a ValueError) when the lengths differ (the samples are not paired)
     or n < 2 (sd(d, ddof=1) is undefined and one pair has no resampling or sign-flip
@@ -181,7 +181,8 @@ def paired_diff(x, y, n_boot: int = 10000, n_perm: int = 10000, level: float = 0
     p, n_pat, exact = _sign_flip_p(nz, n_perm, perm_rng)
     p_floor = min(1.0, 2.0 / n_pat) if exact else 1.0 / (n_perm + 1)
     scale = float(max(np.max(np.abs(xa)), np.max(np.abs(ya)), np.max(np.abs(d))))
-    dz = _std_effect(float(np.mean(d)), float(np.std(d, ddof=1)), scale)
+    # every difference 0: d_z is 0/0, undefined (NaN; strict JSON writes null with a "nonfinite" note), not 0
+    dz = math.nan if nz.size == 0 else _std_effect(float(np.mean(d)), float(np.std(d, ddof=1)), scale)
     return PairedComparison(
         mean_x=float(np.mean(xa)), mean_y=float(np.mean(ya)), diff=est.mean, diff_lo=est.lo,
         diff_hi=est.hi, p_value=p, cohens_d=dz, n=int(d.size), level=level, n_boot=n_boot,

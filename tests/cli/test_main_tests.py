@@ -28,6 +28,11 @@ def test_ablate_main_test_and_controls_note_in_terminal_csv_and_page(tmp_path, c
     assert "target vs random (mean of 1 set) (recall, paired): -1.00 [-1.00, -1.00], p = 0.25 (no power)" in err
     assert f"Holm-adjusted p = {tv['p_holm']:.3g}" in err and f"note: {note}" in " ".join(err.split())
     assert "p cannot fall below 0.25" in err  # 3 prompts, all differ: 2^3 sign patterns
+    # d_z: -inf where every difference is -1, undefined (0/0) where every one is 0 (never 0.00), alike in the JSON
+    conds = {c["name"]: c["vs_baseline"] for c in d["conditions"] if c["vs_baseline"]}
+    assert conds["target"]["recall"]["nonfinite"] == {"cohens_d": "-inf"}
+    assert conds["random-1"]["recall"]["cohens_d"] is None
+    assert conds["random-1"]["recall"]["nonfinite"] == {"cohens_d": "nan"}
     # CSV (= to_frame()): a row of its own, the note on the pool and the test
     df = pd.read_csv(out / "ablation.csv")
     row = df[df.condition == f"target vs {tv['y']}"]

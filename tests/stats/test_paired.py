@@ -169,14 +169,14 @@ def test_paired_diff_noisy_shift():
     assert r.cohens_d < -2
 
 
-def test_paired_diff_identical_gives_p1_d0():
+def test_paired_diff_identical_gives_p1_and_an_undefined_d():
     x = np.random.default_rng(3).normal(size=25)
     r = paired_diff(x, x.copy(), n_boot=500, n_perm=500)
     assert r.p_value == 1.0
-    assert r.cohens_d == 0.0
+    assert math.isnan(r.cohens_d)  # 0/0: undefined, not a measured 0
     assert r.diff == 0.0 and r.diff_lo == 0.0 and r.diff_hi == 0.0
     r_small = paired_diff([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])
-    assert r_small.p_value == 1.0 and r_small.cohens_d == 0.0
+    assert r_small.p_value == 1.0 and math.isnan(r_small.cohens_d)
 
 
 def test_paired_diff_hand_computed_exact_p():
