@@ -283,6 +283,8 @@ def _print(d: dict, out, ioi: dict | None = None) -> None:
     from interp.patching.run import pooled_effect, site_effect, unstable_gaps
 
     what = "normalised effect" if d["normalized"] else f"effect (patched - base {d['metric']})"
+    if d["method"] != "exact":  # first-order estimates, never measured: said on every line that shows them
+        what = f"{d['method']} estimate (not measured) of the {what}"
     shaky = unstable_gaps(d["donor_value"], d["base_value"]) if d["normalized"] else []
     for name, g in d["sites"].items():
         effect, n = site_effect(d, name)
@@ -303,9 +305,19 @@ def _print(d: dict, out, ioi: dict | None = None) -> None:
             def f(x):
                 return "-" if x is None else f"{x:.2f}"
             miss = v["largest_missed"]
-            c.print(f"  vs exact on {v['n_checked']} cells ({v['top']} top + {v['sample']} random): Pearson "
-                    f"{f(v['pearson'])}, Spearman {f(v['spearman'])}, top-{v['top']} recall {f(v['top_k_recall'])}"
-                    + (f"; largest effect in the random sample {miss['exact']:+.3f} at {miss['cell']}" if miss else ""))
+            slope = v.get("slope")
+            c.print(f"  the estimates vs exact patching on {v['n_checked']} cells ({v['top']} top + {v['sample']} "
+                    f"random): Pearson {f(v['pearson'])}, Spearman {f(v['spearman'])}, top-{v['top']} recall "
+                    f"{f(v['top_k_recall'])}; scale: slope {f(slope)} (estimate ~ {f(slope)} x exact)"
+                    + ("" if not v.get("ratio_top") else
+                       f", the top estimates are {v['ratio_top']['min']:.2f}-{v['ratio_top']['max']:.2f} of the exact "
+                       f"effect (median {v['ratio_top']['median']:.2f})")
+                    + (f"; largest effect in the random sample {miss['exact']:+.3f} at {miss['cell']}" if miss else ""),
+                    highlight=False, soft_wrap=True)
+            if v.get("largest_misses"):
+                c.print("  largest misses (estimate vs exact): " + "; ".join(
+                    f"{m['cell']}: {m['estimate']:+.3f} vs {m['exact']:+.3f}" for m in v["largest_misses"]),
+                    highlight=False, soft_wrap=True)
             for w in v["sign_warnings"]:
                 c.print(f"  [yellow]warning[/]: the estimate has the wrong sign on a top cell: {w}")
     c.print(f"written to {final_path(out)}/")

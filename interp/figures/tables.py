@@ -54,7 +54,8 @@ def main_tests(stem: str, d: Mapping) -> tuple[list[dict], list[str]]:
 
     rows: {test, metric, estimate, lo, hi, p_value, p_floor, at_floor, p_holm, p_note} for the target against its pooled
     random controls (ablate, induction, each k of a curve, each dose of rope-zero: random dims and matched
-    heads) and for retrieval vs other heads (rope-profile: Cohen's d, layer-clustered permutation p).
+    heads) and for retrieval vs other heads (rope-profile: Cohen's d, layer-clustered permutation p). An AtP
+    patching result has no test rows but notes: its values are estimates, and how they agree with exact patching.
     notes: the sentences a reader needs beside them (fewer distinct control sets than asked, controls that
     overlap the target, p-values at the floor of their design or without power), each once."""
     rows: list[dict | None] = []
@@ -87,6 +88,20 @@ def main_tests(stem: str, d: Mapping) -> tuple[list[dict], list[str]]:
                          "p_floor": perm.get("p_floor"), "at_floor": perm.get("at_floor"),
                          "n_free_layers": perm.get("n_free_layers"), "p_holm": perm.get("p_holm"),
                          "p_note": perm.get("note")})
+    elif stem == "patching" and d.get("method", "exact") != "exact":
+        notes.append(f"{d['method']}: every value of these grids is a first-order estimate of the patching effect "
+                     "(two forward passes and one backward), not a measurement")
+        for site, v in (d.get("verification") or {}).items():
+            def f(x):
+                return "-" if x is None else f"{x:.2f}"
+            r = v.get("ratio_top")
+            misses = "; ".join(f"{m['cell']} {m['estimate']:+.3f} vs {m['exact']:+.3f}"
+                               for m in v.get("largest_misses") or [])
+            notes.append(f"{site}: against exact patching on {v['n_checked']} cells, Pearson {f(v.get('pearson'))}, "
+                         f"top-{v['top']} recall {f(v.get('top_k_recall'))}, slope {f(v.get('slope'))} (estimate ~ "
+                         f"slope x exact)" + (f", the top estimates {r['min']:.2f}-{r['max']:.2f} of the exact effect"
+                                              if r else "") + (f"; largest misses (estimate vs exact): {misses}"
+                                                               if misses else ""))
     out = [r for r in rows if r]
     notes += [r["p_note"] for r in out]
     seen: list[str] = []

@@ -149,7 +149,8 @@ class PatchingResult:
 
     def to_frame(self):
         """One row per (site, cell): the axes' values, mean, lo, hi, n_pairs, and `effect` (the mean patching
-        effect, patched minus base: `site_effect`); exact patching adds `p_value` (sign-flip over pairs of that
+        effect, patched minus base: `site_effect`; `method` says whether these are measured, "exact", or AtP
+        estimates, "atp" / "atp-qk"); exact patching adds `p_value` (sign-flip over pairs of that
         effect), `p_floor` (the smallest p the cell's design allows) and `p_bh` (Benjamini-Hochberg over the
         site's cells: many cells, many tests)."""
         import pandas as pd
@@ -162,7 +163,8 @@ class PatchingResult:
             effect, _ = site_effect(d, name)
             tests = None if g.p_value is None else [np.asarray(x, dtype=float) for x in (g.p_value, g.p_floor, g.p_bh)]
             for idx in np.ndindex(mean.shape):
-                rec = {"model": self.model, "site": name, "metric": self.metric, "normalized": self.normalized}
+                rec = {"model": self.model, "site": name, "metric": self.metric, "normalized": self.normalized,
+                       "method": self.method}
                 for ax, i in zip(g.axes, idx):
                     rec[ax] = g.positions[i] if ax == "position" else i
                 rec.update(mean=mean[idx], lo=lo[idx], hi=hi[idx], n_pairs=int(n[idx]), effect=effect[idx])

@@ -239,8 +239,12 @@ def test_grid_agreement_of_atp_and_exact_over_every_head(qwen):
         assert t["recall"] == pytest.approx(len(te & ta) / k)
         assert len(t["exact_top"]) == k and len(t["missed"]) == k - len(te & ta)
         assert abs(t["exact_top"][0]["exact"]) == pytest.approx(np.abs(e).max())
+    assert got["slope"] == pytest.approx(float((a * e).sum() / (e * e).sum()))  # estimate ~ slope x exact
+    assert abs(got["largest_misses"][0]["estimate"] - got["largest_misses"][0]["exact"]) == \
+        pytest.approx(np.abs(a - e).max())
     same = grid_agreement(exact, exact.to_dict(), "head_out", ks=(10,))
     assert same["pearson"] == pytest.approx(1.0) and same["top_k"]["10"]["recall"] == 1.0
+    assert same["slope"] == pytest.approx(1.0) and same["ratio_top"]["median"] == pytest.approx(1.0)
     with pytest.raises(InvalidInputError, match="no 'resid_pre' grid"):
         grid_agreement(est, exact, "resid_pre")
     other = run_patching(qwen, pairs[:5], cfg)
