@@ -72,7 +72,9 @@ def patch(model: Optional[str] = MODEL,
                                    "heads)."),
           direction: str = typer.Option("denoising", "--direction", help="denoising (clean into corrupt) | noising "
                                         "(corrupt into clean)."),
-          metric: str = typer.Option("logit_diff", "--metric", help="logit_diff (answer - wrong) | logprob (answer)."),
+          metric: str = typer.Option("logit_diff", "--metric", help="logit_diff (logit(answer) - logit(wrong)) | "
+                                     "logprob (log p(answer)) | prob (p(answer)) | kl (KL(donor || run) of the "
+                                     "next-token distributions, nats; exact patching only)."),
           raw: bool = typer.Option(False, "--raw", help="Report the raw metric, not (patched - base) / (donor - base)."),
           align: str = typer.Option("end", "--align", help="Position axis: end (-1 = last token) | anchor (0 = each "
                                     "pair's anchor: the needle value (niah), the corrupted token (repeated), the "
@@ -124,6 +126,9 @@ def patch(model: Optional[str] = MODEL,
 
     if method not in ("exact", "path") + ATP_METHODS:
         raise InvalidInputError(f"--method {method!r}: valid methods are exact, {', '.join(ATP_METHODS)}, path")
+    if metric == "kl" and method != "exact":
+        raise InvalidInputError(f"--metric kl needs exact patching (the donor run's whole distribution); --method "
+                                f"{method} takes logit_diff, logprob or prob")
     if max_memory is not None and device_map is None:
         raise InvalidInputError("patch sizes its passes by tokens (--max-batch), not by a memory budget: "
                                 "--max-memory applies with --device-map only")
@@ -218,8 +223,10 @@ def _ioi_scores(m, ps, o, task, n_boot, seed) -> dict | None:
 def _metric_words(metric: str, ioi: dict | None) -> str:
     """What the patching metric is, in the pairs' terms: ' = logit(answer) - logit(wrong)', and on IOI pairs which
     names those are, said apart from the IOI line's logit(IO) - logit(S) when they differ ("both")."""
+    other = {"logprob": " = log p(answer)", "prob": " = p(answer)",
+             "kl": " = KL(donor || run) of the next-token distributions, nats (0 for the donor run)"}
     if metric != "logit_diff":
-        return ""
+        return other.get(metric, "")
     if ioi is None:
         return " = logit(answer) - logit(wrong)"
     if ioi.get("corrupt_kind") == "both":

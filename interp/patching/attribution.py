@@ -117,6 +117,10 @@ def _base_run(model, batch, kinds: set[str], config, pairs, want_calls: bool) ->
             m = torch.as_tensor(config.metric(last, list(pairs)))
         elif config.metric == "logprob":
             m = torch.log_softmax(last, -1).gather(1, a[:, None])[:, 0]
+        elif config.metric == "prob":
+            m = torch.softmax(last, -1).gather(1, a[:, None])[:, 0]
+        elif config.metric == "kl":
+            raise InvalidInputError("metric 'kl' is for exact patching; attribution takes logit_diff, logprob or prob")
         else:
             w = torch.tensor([p.wrong for p in pairs], device=last.device)
             m = (last.gather(1, a[:, None]) - last.gather(1, w[:, None]))[:, 0]
@@ -183,6 +187,8 @@ def run_attribution(model, pairs: Sequence[PatchPair], config: PatchingConfig | 
     from interp.patching.run import _check_pairs
 
     config = config or PatchingConfig()
+    if config.metric == "kl":
+        raise InvalidInputError("metric 'kl' is for exact patching; attribution takes logit_diff, logprob or prob")
     if method not in METHODS:
         raise InvalidInputError(f"unknown attribution method {method!r}; valid: {', '.join(METHODS)} (or exact)")
     if config.align != "end":

@@ -58,13 +58,18 @@ from interp.patching.skip import start_at
 
 DIRECTIONS = ("denoising", "noising")
 ALIGNS = ("end", "anchor")
-METRICS = ("logit_diff", "logprob")
+METRICS = ("logit_diff", "logprob", "prob", "kl")
+#: the smallest median |donor - base| worth normalising by, per metric (nats; a probability for prob)
+WEAK_GAPS = {"prob": 0.02}
 
 
 @dataclass
 class PatchingConfig:
     """`sites`: grid sites (resid_pre, resid_post, attn_out, mlp_out, head_out, head_out_by_pos, q, k, v).
-    `direction`: denoising (clean into corrupt) | noising. `metric`: logit_diff | logprob | a callable;
+    `direction`: denoising (clean into corrupt) | noising. `metric`: logit_diff (logit(answer) - logit(wrong)) |
+    logprob (log p(answer)) | prob (p(answer)) | kl (KL(donor || run) of the next-token distributions in nats: 0 for
+    the donor run, so the normalised value 1 - KL(donor || patched) / KL(donor || base) is the share of the
+    distance to the donor's whole distribution that the patch closes; exact patching only) | a callable;
     `normalize`: (patched - base) / (donor - base), pairs whose gap is below `min_gap` left out. `max_batch`:
     rows per forward; `reuse_prefix`: start per-position cells from the base run's KV cache; `skip_layers`: start
     each row at its cell's layer from the base run's residual stream. `align`: end |
@@ -257,11 +262,32 @@ def _metric(config, logits: torch.Tensor, pairs: Sequence[PatchPair]) -> np.ndar
             raise InvalidInputError(f"the metric callable must return one number per row ({len(pairs)}), "
                                     f"got shape {v.shape}")
         return v
+    if config.metric == "kl":
+        raise InvalidInputError("metric 'kl' needs the donor run's distribution: exact patching (run_patching) "
+                                "computes it; attribution and path patching take logit_diff, logprob or prob")
     a = torch.tensor([p.answer for p in pairs], device=logits.device)
     if config.metric == "logprob":
         return torch.log_softmax(logits, -1).gather(1, a[:, None])[:, 0].cpu().numpy().astype(float)
+    if config.metric == "prob":
+        return torch.softmax(logits, -1).gather(1, a[:, None])[:, 0].cpu().numpy().astype(float)
     w = torch.tensor([p.wrong for p in pairs], device=logits.device)
     return (logits.gather(1, a[:, None]) - logits.gather(1, w[:, None]))[:, 0].cpu().numpy().astype(float)
+
+
+def _kl_to_donor(config, donor_last: torch.Tensor, pairs: Sequence[PatchPair]):
+    """`config` with metric 'kl' made concrete: KL(donor || run) in nats between the pair's donor-run next-token
+    distribution and a row's, per row (rows name their pairs by identity)."""
+    from dataclasses import replace
+
+    ref = torch.log_softmax(donor_last.float(), -1)  # [P, V]
+    index = {id(p): i for i, p in enumerate(pairs)}
+
+    def kl(logits, rows):
+        r = ref[[index[id(p)] for p in rows]].to(logits.device)
+        return (r.exp() * (r - torch.log_softmax(logits.float(), -1))).sum(-1).clamp(min=0.0)
+
+    kl.__name__ = "kl"
+    return replace(config, metric=kl)
 
 
 def _capture_run(model, donor_batch, sites: tuple[str, ...]) -> dict[str, dict[int, torch.Tensor]]:
@@ -355,7 +381,8 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
         donor, donor_last = _capture_run(model, donor_batch, config.sites)
         base_acts, base_last = _capture_run(model, model.pad(base_seqs), base_sites) if base_sites else (
             None, model.forward(model.pad(base_seqs), last_only=True)[:, -1])
-    donor_value, base_value = _metric(config, donor_last, pairs), _metric(config, base_last, pairs)
+    mcfg = _kl_to_donor(config, donor_last, pairs) if config.metric == "kl" else config  # what _metric evaluates
+    donor_value, base_value = _metric(mcfg, donor_last, pairs), _metric(mcfg, base_last, pairs)
     gap = donor_value - base_value
     excluded = [i for i, g in enumerate(gap) if abs(g) < config.min_gap] if config.normalize else []
     if config.normalize:
@@ -408,7 +435,7 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
             if progress is not None:
                 progress(n)
             done = (L - l0) / L * float(np.sum(n_tokens / n / lengths[rp]))  # each row's positions over its length
-            return {"raw": _metric(config, last, [pairs[i] for i in rp]), "tokens": n_tokens, "prefix_rows": n_prefix,
+            return {"raw": _metric(mcfg, last, [pairs[i] for i in rp]), "tokens": n_tokens, "prefix_rows": n_prefix,
                     "skip_rows": n if l0 else 0, "work": done}
 
         key = json.dumps({"site": site, "config": repr(asdict(config)),
@@ -468,10 +495,11 @@ def check_gap(gap: np.ndarray, metric: str) -> None:
     from interp.errors import InterpWarning
 
     med = float(np.median(np.abs(gap)))
-    if med < WEAK_GAP:
+    weak = WEAK_GAPS.get(metric, WEAK_GAP)
+    if med < weak:
         warnings.warn(InterpWarning(
             f"the clean and corrupt runs barely differ: median |{metric}(donor) - {metric}(base)| = {med:.3g} over "
-            f"{len(gap)} pairs (< {WEAK_GAP}); normalised patching values divide by it and are noise. Check that "
+            f"{len(gap)} pairs (< {weak}); normalised patching values divide by it and are noise. Check that "
             "the model does the task (e.g. `interp organisms eval`), or use --raw (normalize=False)"), stacklevel=3)
 
 

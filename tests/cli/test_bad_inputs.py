@@ -239,6 +239,7 @@ CASES = [  # (command line, text the one-line error must contain)
     ("patch --site bogus", "unknown patching site 'bogus'"),
     ("patch --direction bogus", "unknown direction 'bogus'"),
     ("patch --metric bogus", "unknown metric 'bogus'"),
+    ("patch --metric kl --method atp", "--metric kl needs exact patching"),
     ("patch --align bogus", "unknown alignment 'bogus'"),
     ("patch --positions bogus", "--positions must be comma-separated integers"),
     ("patch --method bogus", "--method 'bogus'"),

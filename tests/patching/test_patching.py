@@ -395,3 +395,49 @@ def test_chunks_group_by_start_layer_and_merge_only_where_a_pass_costs_more():
     assert all((layer[sel] == l0).all() for sel, _, l0 in exact)
     assert work(exact) == pytest.approx(bound)
     assert len(merged) < len(exact) / 2 and work(merged) > bound
+
+
+def test_prob_and_kl_metrics_by_hand():
+    """--metric prob is p(answer); --metric kl is KL(donor || run) in nats, 0 for the donor run: the unpatched
+    values equal plain-transformers forwards, and every patched cell equals the same metric written as a callable."""
+    from interp.models.tiny import tiny_random_hf
+    from tests.helpers import hf_out
+
+    hf = tiny_random_hf("llama", True, seed=0)
+    model = interp.Model(tiny_random_hf("llama", True, seed=0))
+    pairs = _pairs((6, 6, 6))
+
+    def last(seqs):
+        return hf_out(hf, torch.tensor(seqs)).logits[:, -1].float()
+
+    clean, corrupt = last([p.clean for p in pairs]), last([p.corrupt for p in pairs])
+    ans = torch.tensor([p.answer for p in pairs])
+    ref = torch.log_softmax(clean, -1)
+    kl_base = (ref.exp() * (ref - torch.log_softmax(corrupt, -1))).sum(-1)
+    index = {id(p): i for i, p in enumerate(pairs)}
+
+    def prob(logits, ps):
+        return torch.softmax(logits.float(), -1)[torch.arange(len(ps)), [p.answer for p in ps]]
+
+    def kl(logits, ps):
+        r = ref[[index[id(p)] for p in ps]]
+        return (r.exp() * (r - torch.log_softmax(logits.float(), -1))).sum(-1)
+
+    for name, fn in (("prob", prob), ("kl", kl)):
+        cfg = dict(sites=("resid_pre", "head_out"), normalize=False, n_boot=10)
+        got = run_patching(model, pairs, PatchingConfig(metric=name, **cfg))
+        want = run_patching(model, pairs, PatchingConfig(metric=fn, **cfg))
+        for site in cfg["sites"]:
+            np.testing.assert_allclose(np.array(got.sites[site].per_pair, dtype=float),
+                                       np.array(want.sites[site].per_pair, dtype=float), atol=1e-6)
+        assert got.metric == name
+        if name == "prob":
+            np.testing.assert_allclose(got.base_value, torch.softmax(corrupt, -1)[torch.arange(3), ans], atol=1e-6)
+            np.testing.assert_allclose(got.donor_value, torch.softmax(clean, -1)[torch.arange(3), ans], atol=1e-6)
+        else:
+            np.testing.assert_allclose(got.base_value, kl_base, atol=1e-5)
+            np.testing.assert_allclose(got.donor_value, 0.0, atol=1e-6)
+    with pytest.raises(interp.InvalidInputError, match="kl"):
+        from interp.patching import run_attribution
+
+        run_attribution(model, pairs, PatchingConfig(metric="kl"), method="atp")
