@@ -222,6 +222,12 @@ def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence | None = None
                                 if d.random_dims_note) or None)
 
 
+def random_dims_draws(rope, config: RopeZeroConfig, dose: int) -> list:
+    """The random-dim pair sets a dose of `config` will run (distinct; fewer than `random_draws` when fewer exist):
+    what a progress bar counts before the run."""
+    return _random_dims(rope, config, dose, resolve_dims(rope, config.band, dose, config.unit))[0]
+
+
 def _random_dims(rope, config: RopeZeroConfig, dose: int, band) -> tuple[list, str, str | None]:
     """The random-dims draws of a dose: up to `random_draws` distinct pair sets of the band's size (seeds
     seed * 1000 + i), from the pairs outside the band when `random_dims` is "outside" and enough lie outside,
