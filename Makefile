@@ -129,8 +129,10 @@ RZ_OUT_gemma3-270m := rope-zero
 results-real: $(addprefix results-real-,$(REAL_MODELS)) results-real-ioi results-real-probes
 	$(PY) bench/run_cost.py runs/results-real
 
+# --control-exclude none and --random-dims any: the random controls of the documented runs (drawn from every other
+# head / every pair; docs/results-real.md says which overlap the target)
 results-real-%: setup models
-	$(RI) detect induction --model $* --draws 10 --overwrite --out $(RR)/induction
+	$(RI) detect induction --model $* --draws 10 --control-exclude none --overwrite --out $(RR)/induction
 	$(RI) detect copy-suppression --model $* --texts sherlock-holmes --overwrite --out $(RR)/copy-suppression
 	$(RI) detect retrieval --model $* $(REAL_NIAH) --lengths $(RET_LENGTHS_$*) --overwrite --out $(RR)/retrieval
 	$(RI) detect retrieval --model $* $(REAL_NIAH) --lengths 1024,2048 --score-norm needle --overwrite \
@@ -143,7 +145,7 @@ results-real-%: setup models
 	$(RI) rope-profile --model $* --heads retrieval --from $(RR)/retrieval --haystack sherlock-holmes --n-texts 16 \
 		--n-tokens 512 --overwrite --out $(RR)/rope-profile
 	$(RI) rope-zero --model $* --heads retrieval --from $(RR)/retrieval $(REAL_NIAH) --lengths 1024 --unit pairs \
-		--dims $(RZ_PAIRS_$*) --random-draws 3 --head-draws 2 --overwrite --out $(RR)/$(RZ_OUT_$*)
+		--dims $(RZ_PAIRS_$*) --random-draws 3 --head-draws 2 --random-dims any --overwrite --out $(RR)/$(RZ_OUT_$*)
 
 # Probes on SmolLM2's residual stream (512 texts x 128 tokens into an activation store), then again from the
 # same store without the first token (its massive activations; docs/results-real.md#positional-and-semantic-subspaces-probes)

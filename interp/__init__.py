@@ -53,6 +53,8 @@ _EXPORTS = {
     "detect_induction_heads": "analyses.induction",
     "CopySuppressionConfig": "analyses.copy_suppression",
     "detect_copy_suppression": "analyses.copy_suppression",
+    "logit_lens": "analyses.lens",
+    "direct_logit_attribution": "analyses.lens",
     # activation patching
     "PatchingConfig": "patching",
     "run_patching": "patching",

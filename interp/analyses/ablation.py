@@ -91,10 +91,17 @@ class AblationResult:
         raise KeyError(name)
 
     def to_frame(self):
-        """One row per (condition, metric): mean, CI, paired diff vs baseline, p, d_z, write norm."""
+        """One row per (condition, metric): mean, CI, paired diff vs baseline, p (with the smallest p its design
+        allows and the Holm-adjusted p), d_z, write norm; then the target vs the pooled random sets (role "test").
+        The pool and that test carry `controls_note` (fewer distinct random sets than asked) in `note`."""
         comp = Comparison(self.metric, self.conditions, [self.random_pooled] if self.random_pooled else [],
                           [self.target_vs_random] if self.target_vs_random else [])
-        df = comp.to_frame()
+        notes = {}
+        if self.controls_note and self.random_pooled:
+            notes[self.random_pooled.name] = self.controls_note
+            if self.target_vs_random:
+                notes[f"target vs {self.target_vs_random['y']}"] = self.controls_note
+        df = comp.to_frame(notes)
         df.insert(0, "model", self.model)
         return df
 

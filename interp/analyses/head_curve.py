@@ -109,19 +109,25 @@ class HeadCurveResult:
         return asdict(self)
 
     def to_frame(self):
-        """One row per (k, condition): the metric with its CI and the paired difference vs baseline."""
+        """One row per (k, condition): the metric with its CI and the paired difference vs baseline (p, the
+        smallest p its design allows, the Holm-adjusted p); then per k the top k vs the pooled random sets
+        (condition "target vs random (pooled)", the difference in the diff columns)."""
         import pandas as pd
 
         recs = []
         for p in self.points:
-            for name, b in (("target", p.target), ("random (pooled)", p.random_pooled)):
+            blocks = [("target", p.target), ("random (pooled)", p.random_pooled),
+                      ("target vs random (pooled)", {"vs_baseline": p.target_vs_random} if p.target_vs_random
+                       else None)]
+            for name, b in blocks:
                 if not b:
                     continue
-                e, v = b["metric"], b.get("vs_baseline") or {}
+                e, v = b.get("metric") or {}, b.get("vs_baseline") or {}
                 recs.append({"model": self.model, "kind": self.kind, "k": p.k, "condition": name,
-                             "metric": self.metric, "mean": e["mean"], "lo": e["lo"], "hi": e["hi"],
-                             "diff": v.get("diff"), "diff_lo": v.get("diff_lo"), "diff_hi": v.get("diff_hi"),
-                             "p_value": v.get("p_value"), "heads": ",".join(p.heads) if name == "target" else None})
+                             "metric": self.metric, "mean": e.get("mean"), "lo": e.get("lo"), "hi": e.get("hi"),
+                             **{c: v.get(c) for c in ("diff", "diff_lo", "diff_hi", "p_value", "p_floor", "p_holm",
+                                                      "p_note")},
+                             "heads": ",".join(p.heads) if name == "target" else None})
         return pd.DataFrame.from_records(recs)
 
 

@@ -25,7 +25,10 @@ copying scores use the same pool.
 Losses. Per-token next-token loss; early = targets in the first copy, late = second copy, both
 without the copy's first token (which is not predictable). `icl_score` = late - early (negative
 when the model learns in context). Causal check: the same sequences with the induction heads
-ablated, and with `draws` sets of matched random heads (same count per layer), paired per sequence.
+ablated, and with `draws` sets of matched random heads (same count per layer), paired per sequence. A head
+whose induction score passes the threshold but that is not ablated (its OV circuit does not copy, or it is past
+`max_heads`) is near the target: by default (`control_exclude="near"`) no random set contains it
+(`causal.excluded_from_controls`); with "none" it may be drawn, and `causal.controls_overlap` names it.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from interp.tasks.repeated import (RepeatedConfig, bos_id, build_repeated_batche
 from interp.sites import HeadId, as_heads
 
 PATTERNS = ("prev_token", "duplicate", "induction")
+CONTROL_EXCLUDE = ("near", "none")
 
 
 def detection_patterns(ids: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -144,6 +148,9 @@ class InductionConfig:
     n_perm: int = 10000
     sweep: bool = False  # also ablate every head alone: change of the second-copy loss per head
     causal: bool = True  # ablate the induction heads vs matched random heads (False: detection only)
+    # "near": heads whose induction score exceeds `threshold` but are not ablated (OV copying too low, past
+    # max_heads) are kept out of the random control sets; "none": they may be drawn (the overlap is recorded)
+    control_exclude: str = "near"
 
     def __post_init__(self):
         if self.mode not in ABLATION_MODES:
@@ -154,6 +161,8 @@ class InductionConfig:
 
         if self.embedding not in EMBEDDINGS:
             raise InvalidInputError(f"unknown embedding mode {self.embedding!r}; valid: {', '.join(EMBEDDINGS)}")
+        if self.control_exclude not in CONTROL_EXCLUDE:
+            raise InvalidInputError(f"control_exclude {self.control_exclude!r}: valid are {', '.join(CONTROL_EXCLUDE)}")
         check_fields(self, {"draws": 0, "batch_size": 1, "max_heads": 1, "copy_tokens": 2, "copy_k": 1, "n_boot": 1,
                             "n_perm": 1}, finite=("threshold", "min_copying", "prev_threshold"))
 
@@ -172,21 +181,28 @@ class InductionResult:
     n_seqs: int
     config: dict
     provenance: dict
-    single_head_effects: dict | None = None  # with sweep: {"late_loss": [layer][head], "early_loss": ...} changes
+    # with sweep: {"late_loss": [layer][head], "early_loss": ...} changes, and per head the sign-flip p of the
+    # late-loss change (late_loss_p), its Benjamini-Hochberg p over every head (late_loss_p_bh) and its floor
+    single_head_effects: dict | None = None
 
     def to_frame(self):
-        """One row per (layer, head, quantity): pattern and OV scores (and single-head ablation effects with
-        the sweep), `is_induction` marked; causal conditions are in `causal_frame()`."""
+        """One row per (layer, head, quantity): pattern and OV scores (and with the sweep single-head ablation
+        effects, their sign-flip p and Benjamini-Hochberg p over the heads), `is_induction` marked; causal
+        conditions are in `causal_frame()`."""
         from interp.figures.tables import head_frame
 
         grids = {**self.scores, **{f"tl_{k}": v for k, v in self.tl_scores.items()}}
-        if self.single_head_effects:
-            grids.update({f"ablation_delta_{k}": v for k, v in self.single_head_effects.items() if k != "mode"})
+        sweep = self.single_head_effects or {}
+        names = {"late_loss": "ablation_delta_late_loss", "early_loss": "ablation_delta_early_loss",
+                 "late_loss_p": "ablation_p_late_loss", "late_loss_p_bh": "ablation_p_bh_late_loss",
+                 "late_loss_p_floor": "ablation_p_floor_late_loss"}
+        grids.update({names[k]: v for k, v in sweep.items() if k in names})
         return head_frame(grids, {"is_induction": self.induction_heads, "is_prev_token": self.prev_token_heads},
                           model=self.model)
 
     def causal_frame(self):
-        """The causal check as a long table: one row per (condition, metric)."""
+        """The causal check as a long table: one row per (condition, metric), then the target vs the pooled
+        random sets per metric (role "test"; `note`: fewer distinct random sets than asked)."""
         import pandas as pd
 
         if not self.causal:
@@ -195,7 +211,10 @@ class InductionResult:
 
         rows = [ConditionStats(**c) for c in self.causal["conditions"]]
         pooled = [ConditionStats(**self.causal["random_pooled"])] if self.causal["random_pooled"] else []
-        return Comparison("late_loss", rows, pooled, self.causal["target_vs_random"]).to_frame()
+        note = self.causal.get("controls_note")
+        notes = {} if not note or not pooled else {pooled[0].name: note, **{
+            f"target vs {t['y']}": note for t in self.causal["target_vs_random"]}}
+        return Comparison("late_loss", rows, pooled, self.causal["target_vs_random"]).to_frame(notes)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -259,7 +278,9 @@ def detect_induction_heads(model, config: InductionConfig | None = None, progres
                    and ((target and config.causal) or config.sweep) else (None, None))
     causal = None
     if target and config.causal:
-        causal = _causal_check(model, task, clean, target, source, config, means, note, progress)
+        near = {f"L{l}H{h}": round(float(ind[l, h]), 6) for l, h in zip(*np.nonzero(ind > config.threshold))
+                if HeadId(int(l), int(h)) not in set(target)}
+        causal = _causal_check(model, task, clean, target, source, config, means, note, progress, near)
     sweep = _sweep(model, task, clean, config, means, progress) if config.sweep else None
     cfg = asdict(config)
     cfg["heads"] = None if config.heads is None else [str(h) for h in as_heads(config.heads)]
@@ -289,7 +310,20 @@ def _sweep(model, task, clean, config, means, progress) -> dict:
     for h in heads:
         late[h.layer, h.head] = (out[str(h)]["late_loss"] - clean["late_loss"]).mean()
         early[h.layer, h.head] = (out[str(h)]["early_loss"] - clean["early_loss"]).mean()
-    return {"late_loss": late.round(6).tolist(), "early_loss": early.round(6).tolist(), "mode": config.mode}
+    from interp import stats
+
+    # one test per head: the sign-flip p of its second-copy loss change over sequences, and Benjamini-Hochberg
+    # over every head (which heads matter is a screen of many heads: a false discovery rate, not one test)
+    d = np.stack([out[str(h)]["late_loss"] - clean["late_loss"] for h in heads], axis=1)
+    t = stats.column_sign_flip(d, n_perm=config.n_perm, seed=config.seed)
+    shape = (spec.n_layers, spec.n_heads)
+    return {"late_loss": late.round(6).tolist(), "early_loss": early.round(6).tolist(), "mode": config.mode,
+            "late_loss_p": t.p_value.reshape(shape).round(8).tolist(),
+            "late_loss_p_bh": t.p_bh.reshape(shape).round(8).tolist(),
+            "late_loss_p_floor": t.p_floor.reshape(shape).round(8).tolist(),
+            "p_method": (f"sign-flip over {d.shape[0]} sequences per head ("
+                         + ("every sign pattern" if t.exact else f"{t.n_perm} sign patterns drawn, +1") + "); "
+                         f"p_bh: Benjamini-Hochberg over the {len(heads)} heads")}
 
 
 def _reference_batches(config: InductionConfig, pool, bos):
@@ -300,10 +334,21 @@ def _reference_batches(config: InductionConfig, pool, bos):
     return build_repeated_batches(pool, ref_cfg, bos)
 
 
-def _causal_check(model, task, clean, target, source, config, means, note, progress) -> dict:
-    """The induction heads ablated vs matched random heads, paired per sequence (second-copy loss, ICL)."""
+def _causal_check(model, task, clean, target, source, config, means, note, progress, near: dict) -> dict:
+    """The induction heads ablated vs matched random heads, paired per sequence (second-copy loss, ICL). `near`:
+    {head: induction score} of the heads above the threshold that are not ablated: kept out of the random sets
+    (control_exclude "near"), else any drawn into a set is named (`controls_overlap`)."""
+    exclude = sorted(near) if config.control_exclude == "near" else []
     controls = random_head_controls(target, model.spec, lambda hs: _ablate(hs, config, means), config.draws,
-                                    config.seed)
+                                    config.seed, exclude=exclude)
+    overlap = {c.name: [str(h) for h in c.heads if str(h) in near] for c in controls.conditions}
+    overlap = {k: v for k, v in overlap.items() if v}
+    overlap_note = None
+    if overlap:
+        overlap_note = ("random head sets contain heads whose induction score passes the threshold "
+                        f"({config.threshold}) but that are not ablated: " + "; ".join(
+                            f"{k}: " + ", ".join(f"{h} ({near[h]:.3f})" for h in v) for k, v in overlap.items())
+                        + " (control_exclude='near' keeps them out)")
     conds = [baseline(), head_ablation("target", target, config.mode, means, role="target"), *controls.conditions]
     out = run_conditions(model, task, conds, config.batch_size, known={"baseline": clean},
                          progress=(lambda n: progress(n / task.n)) if progress else None)
@@ -322,4 +367,6 @@ def _causal_check(model, task, clean, target, source, config, means, note, progr
             "random_pooled": asdict(comp.pooled[0]) if comp.pooled else None,
             "target_vs_random": comp.direct, "target_vs_random_late_loss": by_metric.get("late_loss"),
             "shortfall_by_layer": controls.shortfall_by_layer, "distinct_draws": controls.distinct_draws,
-            "requested_draws": controls.requested, "controls_note": controls.note()}
+            "requested_draws": controls.requested, "controls_note": controls.note(),
+            "control_exclude": config.control_exclude, "near_target_heads": near,
+            "excluded_from_controls": exclude, "controls_overlap": overlap, "controls_overlap_note": overlap_note}

@@ -223,6 +223,14 @@ def detect_retrieval_heads(model, config: RetrievalConfig | None = None, samples
     else:
         mean, smean = scores[use].mean(0), stream[use].mean(0)
     order = _above(mean, config.threshold)
+    if order and 0 < use.sum() < MIN_SCORED_SAMPLES:
+        from interp.errors import InterpWarning
+
+        warnings.warn(InterpWarning(
+            f"{len(order)} retrieval head(s) declared from scores averaged over {int(use.sum())} "
+            f"{'recalled ' if config.only_successful else ''}prompt(s) of {len(samples)}: each head's score rests "
+            f"on that many needles (fewer than {MIN_SCORED_SAMPLES}); a larger NIAH grid (--n-seeds, --depths) "
+            "gives scores worth a threshold"), stacklevel=2)
     by_length = []
     lengths = np.array([s.context_length for s in samples])
     for n_ctx in sorted(set(lengths.tolist())):
@@ -270,6 +278,10 @@ def _by_cell(samples, scores: np.ndarray, ok: np.ndarray, use: np.ndarray) -> li
                     "recall": float(ok[idx].mean()), "distance": float(np.mean(dist)),
                     "scores": (scores[u].mean(0) if u.size else np.zeros(scores.shape[1:])).round(6).tolist()})
     return out
+
+
+#: fewer scored prompts than this behind a detection: the heads it declares rest on too few needles (warned)
+MIN_SCORED_SAMPLES = 5
 
 
 def _above(mean: np.ndarray, threshold: float) -> list[tuple]:

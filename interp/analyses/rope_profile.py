@@ -12,7 +12,11 @@ q_norm (mean ||q||), k_norm (mean ||k||), qk_norm (mean ||q|| * mean ||k||), low
 share of the lowest-frequency quarter of the pairs). Retrieval vs other heads: Cohen's d with a bootstrap
 CI (heads resampled within each group) and a layer-clustered permutation test (labels permuted within layers),
 for the chosen statistic (`comparison`) and for every other one (`comparisons`: all come from the same
-forward pass, so reporting them all costs nothing and shows which the choice of statistic drives).
+forward pass, so reporting them all costs nothing and shows which the choice of statistic drives). Four
+statistics are four tests of one question: each permutation p gets a Holm-adjusted one over the four
+(`p_holm`). The permutation test is exact when the design allows no more labellings than `n_perm` (all
+retrieval heads in one 8-head layer: 70) and says when its p sits at the floor of its design or the test
+has no power (`p_floor`, `note`; stats.layer_clustered_permutation).
 """
 
 from __future__ import annotations
@@ -176,6 +180,11 @@ def run_rope_profile(model, config: RopeProfileConfig) -> RopeProfileResult:
     comparisons = {}
     if 0 < labels.sum() < labels.size:
         comparisons = {name: compare_heads(v, labels, config.n_perm, config.seed) for name, v in by_stat.items()}
+        from interp import stats
+
+        perms = [c["layer_clustered_permutation"] for c in comparisons.values()]
+        for perm, adj in zip(perms, stats.holm([pm["p_value"] for pm in perms])):  # four statistics, one question
+            perm["p_holm"], perm["p_holm_family"] = float(adj), len(perms)
     cfg = asdict(config)
     cfg["retrieval_heads"] = [str(h) for h in config.retrieval_heads]
     return RopeProfileResult(

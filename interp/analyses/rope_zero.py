@@ -3,8 +3,13 @@
 At each dose (number of dims zeroed per head) on the same paired samples (default task: NIAH
 recall; or user prompts with logit_diff / logprob / loss):
 - target: the band (e.g. lowest frequencies) zeroed in the target heads;
-- random dims: the same number of randomly drawn pairs in the same heads (several draws), pooled
-  per sample, and the target tested against that pool directly (`target_vs_random_dims`);
+- random dims: the same number of randomly drawn pairs in the same heads (several distinct draws), pooled
+  per sample, and the target tested against that pool directly (`target_vs_random_dims`). They are drawn
+  outside the target band at that dose by default (a random set that zeroes part of the band is part target;
+  `random_dims="any"` draws from every pair), and each dose records where they came from
+  (`random_dims_from`), how many pairs each draw shares with the band (`random_dims_overlap`) and a note when
+  fewer distinct draws exist, the band leaves too few pairs outside it, or draws share pairs
+  (`random_dims_note`, all of them in `controls_note`);
 - matched heads: the band in matched non-target heads (same per-layer counts) — head specificity,
   pooled likewise (`target_vs_matched_heads`);
 - task: next-token loss on plain text under the target patch vs unpatched — task specificity. The text is the
@@ -32,6 +37,8 @@ from interp.models.rope import heads_by_theta, one_pair_order, resolve_dims
 from interp.tasks.niah import NiahConfig, resolve_niah
 from interp.sites import HeadId
 
+RANDOM_DIMS = ("outside", "any")
+
 
 @dataclass
 class RopeZeroConfig:
@@ -39,7 +46,8 @@ class RopeZeroConfig:
     zeroed (lowest | highest | random frequencies); `doses`: how many per head, counted in `unit` (dims |
     pairs); `side`: q | k | both (see ZeroRopeDims). `random_draws` random-dim sets and `head_draws` matched
     head sets per dose; `task_texts` corpus passages of `task_tokens` tokens for the loss control.
-    `n_boot` / `n_perm`: bootstrap resamples / permutations; `heads_source`: recorded in the result."""
+    `n_boot` / `n_perm`: bootstrap resamples / permutations; `heads_source`: recorded in the result.
+    `random_dims`: where the random dims come from, outside the target band (default) or any pair."""
 
     heads: tuple[HeadId, ...]
     niah: NiahConfig = field(default_factory=NiahConfig)
@@ -56,9 +64,16 @@ class RopeZeroConfig:
     n_boot: int = 5000
     n_perm: int = 5000
     heads_source: str = "explicit"
+    # "outside": random dims are drawn from the pairs outside the target band at that dose (where at least as
+    # many lie outside as the band holds; else from every pair, and the result says so); "any": from every pair,
+    # the band included (each draw's shared pairs recorded)
+    random_dims: str = "outside"
 
     def __post_init__(self):
         from interp.errors import check_fields
+
+        if self.random_dims not in RANDOM_DIMS:
+            raise InvalidInputError(f"random dims from {self.random_dims!r}: valid are {', '.join(RANDOM_DIMS)}")
 
         check_fields(self, {"random_draws": 0, "head_draws": 0, "batch_size": 1, "task_texts": 1, "task_tokens": 2,
                             "n_boot": 1, "n_perm": 1})
@@ -76,6 +91,9 @@ class DoseResult:
     task: dict  # next-token loss under the target patch vs baseline
     target_vs_random_dims: dict | None = None
     target_vs_matched_heads: dict | None = None
+    random_dims_from: str = ""  # "outside the target band" | "every pair" (and why)
+    random_dims_overlap: list = field(default_factory=list)  # per random draw: pairs it shares with the band
+    random_dims_note: str | None = None  # fewer distinct draws than asked, a fallback, or draws sharing pairs
 
 
 @dataclass
@@ -94,12 +112,15 @@ class RopeZeroResult:
     sample_ids: list[str]
     config: dict
     provenance: dict
+    controls_note: str | None = None  # every dose's random_dims_note, joined
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def to_frame(self):
-        """One row per (dose, condition): the metric with CI and the paired diff vs baseline."""
+        """One row per (dose, condition): the metric with CI and the paired diff vs baseline (p, the smallest p its
+        design allows, the Holm-adjusted p); then per dose the target vs the pooled random dims and vs the pooled
+        matched heads (condition "target vs ... (pooled)", the difference in the diff columns)."""
         import pandas as pd
 
         recs = []
@@ -109,13 +130,17 @@ class RopeZeroResult:
                 blocks += [("random dims (pooled)", d.random_pooled, None), ("matched heads (pooled)", d.matched_pooled, None)]
             blocks += [(f"random dims {i + 1}", r, r["dims"].get("dims")) for i, r in enumerate(d.random_dims)]
             blocks += [(f"matched heads {i + 1}", r, None) for i, r in enumerate(d.matched_heads)]
+            blocks += [(f"target vs {what} (pooled)", {"vs_baseline": t}, None)
+                       for what, t in (("random dims", d.target_vs_random_dims),
+                                       ("matched heads", d.target_vs_matched_heads)) if t]
             for name, b, dims in blocks:
                 if not b:
                     continue
-                e, v = b["metric"], b.get("vs_baseline") or {}
+                e, v = b.get("metric") or {}, b.get("vs_baseline") or {}
                 recs.append({"model": self.model, "dose": d.dose, "condition": name, "metric": self.metric,
-                             "mean": e["mean"], "lo": e["lo"], "hi": e["hi"], "diff": v.get("diff"),
-                             "diff_lo": v.get("diff_lo"), "diff_hi": v.get("diff_hi"), "p_value": v.get("p_value"),
+                             "mean": e.get("mean"), "lo": e.get("lo"), "hi": e.get("hi"),
+                             **{c: v.get(c) for c in ("diff", "diff_lo", "diff_hi", "p_value", "p_floor", "p_holm",
+                                                      "p_note")},
                              "dims": None if dims is None else ",".join(map(str, dims)),
                              "heads": ",".join(b.get("heads", self.heads if name == "target" else []))})
             recs.append({"model": self.model, "dose": d.dose, "condition": "task: corpus loss", "metric": "loss",
@@ -158,14 +183,14 @@ def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence | None = None
     controls = random_head_controls(heads, model.spec, lambda hs: (), config.head_draws, config.seed)
     matched_sets = [c.heads for c in controls.conditions]
     conds, pools, direct, loss_conds = [baseline()], {}, [], [baseline()]
+    dims_from, notes = {0: ""}, {}
     for dose in (d for d in config.doses if d > 0):
         dims = bands[dose].dims
         conds.append(Condition(f"target-{dose}", zero(heads, dims), "target", heads, {"dose": dose}))
         loss_conds.append(conds[-1])
+        draws_, dims_from[dose], notes[dose] = _random_dims(rope, config, dose, bands[dose])
         rnd = [Condition(f"random-dims-{dose}-{i + 1}", zero(heads, rd.dims), "control", heads,
-                         {"dose": dose, "dims": rd.to_dict()})
-               for i, rd in enumerate(resolve_dims(rope, "random", dose, config.unit, seed=config.seed * 1000 + i)
-                                      for i in range(config.random_draws))]
+                       {"dose": dose, "dims": rd.to_dict()}) for i, rd in enumerate(draws_)]
         mh = [Condition(f"matched-heads-{dose}-{i + 1}", zero(hs, dims), "control", hs, {"dose": dose})
               for i, hs in enumerate(matched_sets)]
         conds += rnd + mh
@@ -178,7 +203,7 @@ def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence | None = None
     texts = PromptTask(text_items(_task_texts(model, config), "corpus"), "loss",
                        name=f"{config.niah.haystack} passages" if config.niah.haystack_file else "corpus passages")
     loss = compare(run_conditions(model, texts, loss_conds, config.batch_size), **kw)
-    doses = [_dose(comp, loss, dose, bands[dose]) for dose in config.doses]
+    doses = [_dose(comp, loss, dose, bands[dose], dims_from.get(dose, ""), notes.get(dose)) for dose in config.doses]
     m = comp.metric
     cfg = asdict(config)
     cfg["heads"] = [str(h) for h in heads]
@@ -192,7 +217,48 @@ def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence | None = None
                            "heads_by_theta": {f"{t:g}": hs for t, hs in heads_by_theta(model.spec, heads).items()},
                            "freqs_by_theta": _band_freqs_by_theta(model.spec, bands)}},
         doses=doses, matched_head_sets=[[str(h) for h in hs] for hs in matched_sets],
-        sample_ids=task.sample_ids, config=cfg, provenance=provenance(model))
+        sample_ids=task.sample_ids, config=cfg, provenance=provenance(model),
+        controls_note="; ".join(f"{d.dose} {config.unit}: {d.random_dims_note}" for d in doses
+                                if d.random_dims_note) or None)
+
+
+def random_dims_draws(rope, config: RopeZeroConfig, dose: int) -> list:
+    """The random-dim pair sets a dose of `config` will run (distinct; fewer than `random_draws` when fewer exist):
+    what a progress bar counts before the run."""
+    return _random_dims(rope, config, dose, resolve_dims(rope, config.band, dose, config.unit))[0]
+
+
+def _random_dims(rope, config: RopeZeroConfig, dose: int, band) -> tuple[list, str, str | None]:
+    """The random-dims draws of a dose: up to `random_draws` distinct pair sets of the band's size (seeds
+    seed * 1000 + i), from the pairs outside the band when `random_dims` is "outside" and enough lie outside,
+    else from every pair. (draws, where they come from, a note or None)."""
+    import math
+
+    k = len(band.pairs)
+    outside = config.random_dims == "outside" and rope.n_pairs - k >= k
+    exclude = band.pairs if outside else ()
+    where = ("outside the target band" if outside else "every pair" + (
+        f" (only {rope.n_pairs - k} of {rope.n_pairs} pairs lie outside the {k}-pair band)"
+        if config.random_dims == "outside" else ", the target band included"))
+    n_pool = rope.n_pairs - (k if outside else 0)
+    possible = math.comb(n_pool, k)
+    draws, seen, i = [], set(), 0
+    while len(draws) < min(config.random_draws, possible) and i < 100 * max(1, config.random_draws):
+        rd = resolve_dims(rope, "random", dose, config.unit, seed=config.seed * 1000 + i, exclude=exclude)
+        i += 1
+        if rd.pairs not in seen:
+            seen.add(rd.pairs)
+            draws.append(rd)
+    notes = []
+    if len(draws) < config.random_draws:
+        notes.append(f"only {len(draws)} distinct random-dim set(s) of {k} pairs "
+                     f"{'lie outside the target band' if outside else 'exist'} ({config.random_draws} asked)")
+    if not outside:
+        shared = [len(set(rd.pairs) & set(band.pairs)) for rd in draws]
+        if any(shared):
+            notes.append(f"random dims from {where}: the draws share {', '.join(map(str, shared))} of their {k} "
+                         "pairs with the target band")
+    return draws, where, "; ".join(notes) or None
 
 
 def _band_freqs_by_theta(spec, bands) -> dict:
@@ -204,7 +270,8 @@ def _band_freqs_by_theta(spec, bands) -> dict:
             for r in spec.layer_ropes.values()}
 
 
-def _dose(comp: Comparison, loss: Comparison, dose: int, band) -> DoseResult:
+def _dose(comp: Comparison, loss: Comparison, dose: int, band, dims_from: str = "", note: str | None = None
+          ) -> DoseResult:
     m = comp.metric
     if dose == 0:
         zero = _block(comp.row("baseline"), m)
@@ -221,7 +288,8 @@ def _dose(comp: Comparison, loss: Comparison, dose: int, band) -> DoseResult:
         return next((d for d in comp.direct if d["y"] == f"{kind}-{dose}"), None)
 
     t = loss.row(f"target-{dose}")
+    overlap = [len(set(r["dims"]["pairs"]) & set(band.pairs)) for r in rnd]
     return DoseResult(dose, _block(comp.row(f"target-{dose}"), m), band.to_dict(), rnd, pooled("random-dims"), mh,
                       pooled("matched-heads"),
                       {"loss": t.estimates["loss"]["mean"], "vs_baseline": t.vs_baseline["loss"]},
-                      vs("random-dims"), vs("matched-heads"))
+                      vs("random-dims"), vs("matched-heads"), dims_from, overlap, note)

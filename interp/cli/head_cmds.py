@@ -62,6 +62,10 @@ def detect_induction(model: Optional[str] = MODEL,
                      max_heads: Optional[int] = typer.Option(None, "--max-heads", min=1, help="At most this many heads."),
                      heads: Optional[str] = HEADS, mode: str = MODE,
                      draws: int = typer.Option(5, "--draws", min=0, help="Matched random-head draws."),
+                     control_exclude: str = typer.Option("near", "--control-exclude", help="near: heads whose "
+                                                         "induction score passes --threshold but are not ablated "
+                                                         "(OV copying too low, past --max-heads) are kept out of "
+                                                         "the random sets | none: they may be drawn (named)."),
                      copy_tokens: int = typer.Option(2048, "--copy-tokens", min=2, help="Token sample for OV copying."),
                      sweep: bool = typer.Option(False, "--sweep", help="Also ablate every head alone (one pass per "
                                                 "head): per-head change of the second-copy loss."),
@@ -81,7 +85,8 @@ def detect_induction(model: Optional[str] = MODEL,
                           tokens=tokens, threshold=threshold, min_copying=min_copying, max_heads=max_heads,
                           heads=_heads(heads), mode=mode, draws=draws, seed=seed,
                           batch_size=1 if batch_size == "auto" else batch_size,
-                          copy_tokens=copy_tokens, embedding=embedding, n_boot=n_boot, n_perm=n_boot, sweep=sweep)
+                          copy_tokens=copy_tokens, embedding=embedding, n_boot=n_boot, n_perm=n_boot, sweep=sweep,
+                          control_exclude=control_exclude)
     _run(model, device, model_dtype, revision, device_map, max_memory, out, overwrite, "induction",
          lambda m: len(cfg.repeated.lengths) + 3 + draws + (m.spec.n_layers if sweep else 0),
          lambda m, advance: detect_induction_heads(m, cfg, progress=advance), _print_induction,
@@ -89,7 +94,8 @@ def detect_induction(model: Optional[str] = MODEL,
 
 
 def _print_induction(d: dict, out) -> None:
-    from interp.cli.output import console
+    from interp.cli.output import console, print_tests
+    from interp.figures.text import adjusted, p_cell
     from rich.table import Table
 
     c = console()
@@ -111,16 +117,31 @@ def _print_induction(d: dict, out) -> None:
     cz = d["causal"]
     if cz:
         t = Table(title=f"{cz['mode']} ablation of {', '.join(cz['heads'])} ({cz['heads_source']})")
-        for col in ("condition", "heads", "second-copy loss [95% CI]", "diff vs baseline [95% CI]", "ICL score"):
+        for col in ("condition", "heads", "second-copy loss [95% CI]", "diff vs baseline [95% CI]", "p (sign-flip)",
+                    "p (Holm)", "ICL score"):
             t.add_column(col)
         for cond in cz["conditions"] + ([cz["random_pooled"]] if cz["random_pooled"] else []):
             ll, v = cond["estimates"]["late_loss"], (cond["vs_baseline"] or {}).get("late_loss")
             t.add_row(cond["name"], heads_cell(cond["heads"]), f"{ll['mean']:.3f} [{ll['lo']:.3f}, {ll['hi']:.3f}]",
                       "-" if v is None else f"{v['diff']:+.3f} [{v['diff_lo']:+.3f}, {v['diff_hi']:+.3f}]",
-                      f"{cond['estimates']['icl']['mean']:+.3f}")
+                      p_cell(v), adjusted(v), f"{cond['estimates']['icl']['mean']:+.3f}")
         c.print(t)
-        if cz.get("controls_note"):
-            c.print(f"note: {cz['controls_note']}", highlight=False)
+        if cz.get("excluded_from_controls"):
+            near = cz["near_target_heads"]
+            c.print("kept out of the random sets (induction score above the threshold, not ablated): "
+                    + ", ".join(f"{h} ({near[h]:.3f})" for h in cz["excluded_from_controls"]), highlight=False,
+                    soft_wrap=True)
+        print_tests("induction", d, digits=3)
+    sw = d.get("single_head_effects")
+    if sw and sw.get("late_loss_p_bh") is not None:
+        late, bh = sw["late_loss"], sw["late_loss_p_bh"]
+        hits = sorted(((abs(late[l][h]), l, h) for l in range(len(bh)) for h in range(len(bh[l]))
+                       if bh[l][h] is not None and bh[l][h] < 0.05), reverse=True)
+        n = sum(len(r) for r in bh)
+        c.print(f"single-head sweep: {len(hits)} of {n} heads change the second-copy loss at Benjamini-Hochberg "
+                f"p < 0.05 (false discovery rate over the {n} heads; raw p in induction.json"
+                + ("" if not hits else "): " + ", ".join(f"L{l}H{h} {late[l][h]:+.3f}" for _, l, h in hits[:12])
+                   + (" ..." if len(hits) > 12 else "")) + ("" if hits else ")"), highlight=False, soft_wrap=True)
     c.print(f"written to {final_path(out)}/")
 
 

@@ -51,6 +51,28 @@ def heads_cell(heads, shown: int = 6) -> str:
     return ",".join(heads) if len(heads) <= shown else f"{','.join(heads[:shown])},... ({len(heads)})"
 
 
+def print_tests(stem: str, d: dict, digits: int = 2, lines: bool = True) -> None:
+    """A result's main tests, one line each (estimate [CI], p flagged at its floor or without power, the
+    Holm-adjusted p; `lines=False`: a table above shows them), then the notes that go with them: the same rows
+    and notes as the report page (`figures.tables.main_tests`)."""
+    from interp.figures.tables import main_tests
+    from interp.figures.text import p_flag
+
+    rows, notes = main_tests(stem, d)
+    c = console()
+    for r in rows if lines else ():
+        def f(x):
+            return "?" if x is None else f"{x:+.{digits}f}"
+
+        ci = "" if r["lo"] is None else f" [{f(r['lo'])}, {f(r['hi'])}]"
+        holm = "" if r["p_holm"] is None else f", Holm-adjusted p = {r['p_holm']:.3g}"
+        p = "" if r["p_value"] is None else f", p = {r['p_value']:.3g}{p_flag(r)}"
+        c.print(f"{r['test']} ({r['metric']}, paired): {f(r['estimate'])}{ci}{p}{holm}", highlight=False,
+                soft_wrap=True)
+    for n in notes:
+        c.print(f"note: {n}", highlight=False, soft_wrap=True)
+
+
 def note_niah(m, niah) -> None:
     """The haystack note (`tasks.niah.fallback_note`) as one line on stderr; called after the prompts are
     built, so a refused run prints only its error."""

@@ -98,7 +98,9 @@ def patch(ctx: typer.Context, model: Optional[str] = MODEL,
                                    "heads)."),
           direction: str = typer.Option("denoising", "--direction", help="denoising (clean into corrupt) | noising "
                                         "(corrupt into clean)."),
-          metric: str = typer.Option("logit_diff", "--metric", help="logit_diff (answer - wrong) | logprob (answer)."),
+          metric: str = typer.Option("logit_diff", "--metric", help="logit_diff (logit(answer) - logit(wrong)) | "
+                                     "logprob (log p(answer)) | prob (p(answer)) | kl (KL(donor || run) of the "
+                                     "next-token distributions, nats; exact patching only)."),
           raw: bool = typer.Option(False, "--raw", help="Report the raw metric, not (patched - base) / (donor - base)."),
           align: str = typer.Option("end", "--align", help="Position axis: end (-1 = last token) | anchor (0 = each "
                                     "pair's anchor: the needle value (niah), the corrupted token (repeated), the "
@@ -155,6 +157,9 @@ def patch(ctx: typer.Context, model: Optional[str] = MODEL,
     if method not in ("exact", "path") + ATP_METHODS:
         raise InvalidInputError(f"--method {method!r}: valid methods are exact, {', '.join(ATP_METHODS)}, path")
     _check_method_options(ctx, method, via, receivers)
+    if metric == "kl" and method != "exact":
+        raise InvalidInputError(f"--metric kl needs exact patching (the donor run's whole distribution); --method "
+                                f"{method} takes logit_diff, logprob or prob")
     if max_memory is not None and device_map is None:
         raise InvalidInputError("patch sizes its passes by tokens (--max-batch), not by a memory budget: "
                                 "--max-memory applies with --device-map only")
@@ -257,6 +262,21 @@ def _ioi_scores(m, ps, o, task, n_boot, seed) -> dict | None:
     return res
 
 
+def _metric_words(metric: str, ioi: dict | None) -> str:
+    """What the patching metric is, in the pairs' terms: ' = logit(answer) - logit(wrong)', and on IOI pairs which
+    names those are, said apart from the IOI line's logit(IO) - logit(S) when they differ ("both")."""
+    other = {"logprob": " = log p(answer)", "prob": " = p(answer)",
+             "kl": " = KL(donor || run) of the next-token distributions, nats (0 for the donor run)"}
+    if metric != "logit_diff":
+        return other.get(metric, "")
+    if ioi is None:
+        return " = logit(answer) - logit(wrong)"
+    if ioi.get("corrupt_kind") == "both":
+        return (" = logit(IO) - logit(IO'), IO' the corrupt prompt's IO (the pairs' answer and wrong token; not the "
+                "IOI line's logit(IO) - logit(S))")
+    return " = logit(IO) - logit(S), as on the IOI line (the pairs' answer and wrong token)"
+
+
 def _print_ioi(c, r: dict) -> None:
     def est(e, digits=2):
         return f"{e['mean']:+.{digits}f} [{e['lo']:+.{digits}f}, {e['hi']:+.{digits}f}]"
@@ -264,7 +284,8 @@ def _print_ioi(c, r: dict) -> None:
     def acc(e):
         return f"{e['mean']:.2f} [{e['lo']:.2f}, {e['hi']:.2f}]"
 
-    line = (f"IOI ({r['n_pairs']} pairs, corruption {r['corrupt_kind']}): logit(IO) - logit(S) clean "
+    line = (f"IOI ({r['n_pairs']} pairs, corruption {r['corrupt_kind']}): logit(IO) - logit(S) (the clean prompt's "
+            "names) clean "
             f"{est(r['clean']['logit_diff'])}, accuracy {acc(r['clean']['accuracy'])}; corrupt prompt "
             f"{est(r['corrupt']['logit_diff'])}, accuracy {acc(r['corrupt']['accuracy'])}")
     if "corrupt_own" in r:
@@ -304,12 +325,15 @@ def _print(d: dict, out, ioi: dict | None = None) -> None:
             f"{'normalised ' if d['normalized'] else ''}{d['metric']}")
     base, donor = np.mean(d["base_value"]), np.mean(d["donor_value"])
     runs = ("corrupt", "clean") if d["direction"] == "denoising" else ("clean", "corrupt")  # base, donor
-    c.print(f"unpatched {d['metric']}: base (the {runs[0]} run, patched into) {base:+.3f}, donor (the {runs[1]} "
+    c.print(f"unpatched {d['metric']}{_metric_words(d['metric'], ioi)}: base (the {runs[0]} run, patched into) "
+            f"{base:+.3f}, donor (the {runs[1]} "
             f"run, patched from) {donor:+.3f}"
             + (f"; {len(d['excluded_pairs'])} pairs with donor ~ base left out" if d["excluded_pairs"] else ""))
     from interp.patching.run import pooled_effect, site_effect, unstable_gaps
 
     what = "normalised effect" if d["normalized"] else f"effect (patched - base {d['metric']})"
+    if d["method"] != "exact":  # first-order estimates, never measured: said on every line that shows them
+        what = f"{d['method']} estimate (not measured) of the {what}"
     shaky = unstable_gaps(d["donor_value"], d["base_value"]) if d["normalized"] else []
     for name, g in d["sites"].items():
         effect, n = site_effect(d, name)
@@ -330,9 +354,19 @@ def _print(d: dict, out, ioi: dict | None = None) -> None:
             def f(x):
                 return "-" if x is None else f"{x:.2f}"
             miss = v["largest_missed"]
-            c.print(f"  vs exact on {v['n_checked']} cells ({v['top']} top + {v['sample']} random): Pearson "
-                    f"{f(v['pearson'])}, Spearman {f(v['spearman'])}, top-{v['top']} recall {f(v['top_k_recall'])}"
-                    + (f"; largest effect in the random sample {miss['exact']:+.3f} at {miss['cell']}" if miss else ""))
+            slope = v.get("slope")
+            c.print(f"  the estimates vs exact patching on {v['n_checked']} cells ({v['top']} top + {v['sample']} "
+                    f"random): Pearson {f(v['pearson'])}, Spearman {f(v['spearman'])}, top-{v['top']} recall "
+                    f"{f(v['top_k_recall'])}; scale: slope {f(slope)} (estimate ~ {f(slope)} x exact)"
+                    + ("" if not v.get("ratio_top") else
+                       f", the top estimates are {v['ratio_top']['min']:.2f}-{v['ratio_top']['max']:.2f} of the exact "
+                       f"effect (median {v['ratio_top']['median']:.2f})")
+                    + (f"; largest effect in the random sample {miss['exact']:+.3f} at {miss['cell']}" if miss else ""),
+                    highlight=False, soft_wrap=True)
+            if v.get("largest_misses"):
+                c.print("  largest misses (estimate vs exact): " + "; ".join(
+                    f"{m['cell']}: {m['estimate']:+.3f} vs {m['exact']:+.3f}" for m in v["largest_misses"]),
+                    highlight=False, soft_wrap=True)
             for w in v["sign_warnings"]:
                 c.print(f"  [yellow]warning[/]: the estimate has the wrong sign on a top cell: {w}")
     c.print(f"written to {final_path(out)}/")

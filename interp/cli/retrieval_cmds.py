@@ -177,20 +177,24 @@ def _curve_ks(curve: Optional[str], ks: str, heads: str) -> list[int] | None:
 def _print_curve(res, out) -> None:
     from rich.table import Table
 
+    from interp.cli.output import print_tests
+    from interp.figures.text import adjusted, p_cell
+
     what = "every head masked but the top k" if res.kind == "keep" else "the top k heads masked"
     t = Table(title=f"{res.model}: {what} ({res.mode}; ranked by {res.ranking_source}); baseline {res.metric} "
                     f"{res.baseline['mean']:.2f} [{res.baseline['lo']:.2f}, {res.baseline['hi']:.2f}]")
     for col in ("k", "top-k heads", f"{res.metric}, top k [95% CI]", "k random heads [95% CI]",
-                "top - random [95% CI]", "p"):
+                "top - random [95% CI]", "p (sign-flip)", "p (Holm)"):
         t.add_column(col)
     for p in res.points:
         e, r, d = p.target["metric"], (p.random_pooled or {}).get("metric"), p.target_vs_random
         t.add_row(str(p.k), heads_cell(p.heads), f"{e['mean']:.2f} [{e['lo']:.2f}, {e['hi']:.2f}]",
                   "-" if r is None else f"{r['mean']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]",
                   "-" if d is None else f"{d['diff']:+.2f} [{d['diff_lo']:+.2f}, {d['diff_hi']:+.2f}]",
-                  "-" if d is None else f"{d['p_value']:.3g}")
+                  p_cell(d), adjusted(d))
     c = console()
     c.print(t)
+    print_tests("head_curve", res.to_dict(), lines=False)
     r = res.reach
     if res.kind == "keep":
         c.print(f"{r['frac']:.0%} of baseline ({r['goal']:.2f}) reached keeping the top k = {_k(r['target_k'])} "
@@ -206,12 +210,13 @@ def _k(k) -> str:
 
 def _print_ablation(res, out):
     import numpy as np
-    from interp.cli.output import console
+    from interp.cli.output import console, print_tests
+    from interp.figures.text import adjusted, effect, p_cell
     from rich.table import Table
 
     t = Table(title=f"{res.model}: {res.mode} ablation of {len(res.heads)} heads ({res.heads_source}), {res.scope}")
-    for col in ("condition", "heads", f"{res.metric} [95% CI]", "diff vs baseline [95% CI]", "p (sign-flip)", "d_z",
-                "writes (x median head)"):
+    for col in ("condition", "heads", f"{res.metric} [95% CI]", "diff vs baseline [95% CI]", "p (sign-flip)",
+                "p (Holm)", "d_z", "writes (x median head)"):
         t.add_column(col)
     rows = res.conditions + ([res.random_pooled] if res.random_pooled else [])
     for c in rows:
@@ -219,16 +224,11 @@ def _print_ablation(res, out):
         v = (c.vs_baseline or {}).get(res.metric)
         t.add_row(c.name, heads_cell(c.heads), f"{r['mean']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]",
                   "-" if v is None else f"{v['diff']:+.2f} [{v['diff_lo']:+.2f}, {v['diff_hi']:+.2f}]",
-                  "-" if v is None else f"{v['p_value']:.3g}", "-" if v is None else f"{v['cohens_d']:.2f}",
+                  p_cell(v), adjusted(v), "-" if v is None else effect(v["cohens_d"]),
                   "-" if c.head_write_rel is None else f"{c.head_write_rel:.2f}")
     c = console()
     c.print(t)
-    tv = res.target_vs_random
-    if tv:
-        c.print(f"target vs pooled random heads ({res.metric}, paired): {tv['diff']:+.2f} "
-                f"[{tv['diff_lo']:+.2f}, {tv['diff_hi']:+.2f}], p = {tv['p_value']:.3g}")
-    if res.controls_note:
-        c.print(f"note: {res.controls_note}", highlight=False)
+    print_tests("ablation", res.to_dict())
     target = next((x for x in res.conditions if x.name == "target"), None)
     rnd = [x.head_write_rel for x in res.conditions if x.name.startswith("random-") and x.head_write_rel is not None]
     if target is not None and target.head_write_rel and rnd and np.mean(rnd) < 0.5 * target.head_write_rel:

@@ -27,6 +27,9 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
               unit: str = typer.Option("dims", "--unit", help="dims | pairs"),
               side: str = typer.Option("q", "--side", help="q (head-specific) | k (hits the whole GQA group) | both"),
               random_draws: int = typer.Option(3, "--random-draws", min=0, help="Random-dim draws per dose."),
+              random_dims: str = typer.Option("outside", "--random-dims", help="Where random dims come from: "
+                                              "outside (the pairs outside the target band at that dose) | any "
+                                              "(every pair; draws that share pairs with the band are named)."),
               head_draws: int = typer.Option(2, "--head-draws", min=0, help="Matched non-target head sets."),
               from_dir: Optional[str] = FROM, seed: int = typer.Option(0, "--seed"),
               lengths: str = LENGTHS, depths: str = DEPTHS, seeds: int = SEEDS, haystack: Optional[str] = HAYSTACK,
@@ -44,6 +47,8 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
 
     if side not in ZERO_SIDES:
         raise InvalidInputError(f"--side {side!r}: valid sides are {', '.join(ZERO_SIDES)}")
+    if random_dims not in ("outside", "any"):
+        raise InvalidInputError(f"--random-dims {random_dims!r}: valid are outside, any")
     doses = parse_ints(dims, "--dims")
     if band not in ("lowest", "highest", "random"):
         parse_ints(band, "--band")
@@ -61,11 +66,19 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
     niah = niah_for_model(m, niah) if task is None or detecting else None
     batch_size = experiment_batch(m, batch_size, niah, task, detecting=detecting)
     exp = prepare_heads(m, heads, niah, task, saved, threshold, batch_size, o, seed)
-    n_runs = 1 + sum(1 + random_draws + head_draws for d in doses if d > 0)
+    from interp.analyses.rope_zero import RopeZeroConfig, random_dims_draws
+    from interp.experiments import random_head_controls
+    from interp.models.rope import one_pair_order
+
+    # the conditions that will run: distinct random-dim sets and matched head sets (fewer where fewer exist)
+    plan = RopeZeroConfig(heads=tuple(exp.heads), band=band, doses=tuple(doses), unit=unit, random_draws=random_draws,
+                          seed=seed, random_dims=random_dims)
+    n_sets = len(random_head_controls(exp.heads, m.spec, lambda hs: (), head_draws, seed).conditions)
+    n_runs = 1 + sum(1 + len(random_dims_draws(one_pair_order(m.spec), plan, d)) + n_sets for d in doses if d > 0)
     prog, advance = progress_bar(exp.n_prompts * n_runs, "rope-zero conditions")
     with prog:
         res = run(m, experiment=exp, band=band, doses=doses, unit=unit, side=side, random_draws=random_draws,
-                  head_draws=head_draws, seed=seed, batch_size=batch_size, progress=advance)
+                  head_draws=head_draws, seed=seed, batch_size=batch_size, progress=advance, random_dims=random_dims)
     d = write_result(res, o, "rope_zero", as_json, csv)
     write_task_prompts(task, exp.samples, m, o / "prompts.jsonl")
     if not (as_json or csv):
@@ -80,7 +93,7 @@ def _fmt(block):
 
 
 def _print_rope_zero(d, o):
-    from interp.cli.output import console
+    from interp.cli.output import console, print_tests
     from rich.table import Table
 
     t = Table(title=f"{d['model']}: {d['band']} band zeroed ({d['side']} side) in {len(d['heads'])} heads "
@@ -93,6 +106,7 @@ def _print_rope_zero(d, o):
         t.add_row(str(r["dose"]), _fmt(r["target"]), _fmt(r["random_pooled"]), _fmt(r["matched_pooled"]), loss)
     c = console()
     c.print(t)
+    print_tests("rope_zero", d)
     if d["baseline"]["rope"]["freqs_by_theta"]:  # layer types with their own thetas (Gemma-3)
         _print_thetas(c, d["baseline"]["rope"]["heads_by_theta"], "target heads")
     c.print(f"written to {final_path(o)}/")
@@ -143,13 +157,19 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
         return
     c = console()
     if d["comparisons"]:
+        from interp.figures.text import effect, p_note, permutation_p
+
+        notes = []
         for name, cmp_ in sorted(d["comparisons"].items(), key=lambda kv: kv[0] != d["statistic"]):
             p = cmp_["layer_clustered_permutation"]
             lo, hi = cmp_["cohens_d_ci"]
             c.print(f"{name}{' (chosen)' if name == d['statistic'] else ''}: retrieval {cmp_['mean_retrieval']:.3f} "
                     f"(n={cmp_['n_retrieval']}) vs other {cmp_['mean_other']:.3f} (n={cmp_['n_other']}); Cohen's d = "
-                    f"{cmp_['cohens_d']:.2f} [{lo:.2f}, {hi:.2f}], layer-clustered permutation p = {p['p_value']:.3g}",
-                    highlight=False)
+                    f"{effect(cmp_['cohens_d'])} [{lo:.2f}, {hi:.2f}], {permutation_p(p)}", highlight=False)
+            if p_note(p) and p_note(p) not in notes:
+                notes.append(p_note(p))
+        for n in notes:
+            c.print(f"note: {n}", highlight=False)
     else:
         c.print("no comparison: every head or no head is labelled retrieval")
     if d["pair_freqs_by_theta"]:

@@ -7,6 +7,9 @@ pooled random sets) get the same paired test directly. A pool's CIs (its mean, i
 baseline, a direct test against it) come from a two-level bootstrap that resamples its member sets and
 the samples (`stats.sets_mean_ci`), so the spread between sets counts; its p-values are sign-flip tests
 over samples of the pooled per-sample mean, with the sets held fixed (their `p_method` says so).
+Every p-value of the table (each condition and pool against the baseline, each direct test) also gets a
+Holm-adjusted one over that family, per tested metric (`p_holm`; `p_holm_family`: how many tests): with
+several random sets and doses, some raw p below 0.05 are expected by chance.
 """
 
 from __future__ import annotations
@@ -49,21 +52,35 @@ class Comparison:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def to_frame(self):
-        """Long table: one row per (condition, metric), with the paired comparison against baseline."""
+    def to_frame(self, notes: dict | None = None):
+        """Long table: one row per (condition, metric), with the paired comparison against baseline (diff, CI,
+        p, the smallest p its design allows, the Holm-adjusted p, d_z), then one row per direct test (role
+        "test", condition "X vs Y": e.g. the target against the pooled random sets), the difference in the
+        diff columns. `notes`: {condition name or "X vs Y": sentence} put in a `note` column (e.g. that fewer
+        distinct random sets exist than were asked), beside each row's `p_note`."""
         import pandas as pd
 
+        notes = notes or {}
         recs = []
         for r in self.rows + self.pooled:
             for m, e in r.estimates.items():
                 v = (r.vs_baseline or {}).get(m) or {}
                 recs.append({"condition": r.name, "role": r.role, "pooled": r in self.pooled,
                              "heads": ",".join(r.heads), "metric": m, "mean": e["mean"], "lo": e["lo"],
-                             "hi": e["hi"], "n": e["n"], "diff": v.get("diff"), "diff_lo": v.get("diff_lo"),
-                             "diff_hi": v.get("diff_hi"), "p_value": v.get("p_value"),
-                             "cohens_d": v.get("cohens_d"), "head_write_rel": r.head_write_rel,
-                             **{f"info.{k}": (json_scalar(x)) for k, x in r.info.items()}})
+                             "hi": e["hi"], "n": e["n"], **_test_columns(v), "head_write_rel": r.head_write_rel,
+                             "note": notes.get(r.name), **{f"info.{k}": (json_scalar(x)) for k, x in r.info.items()}})
+        for t in self.direct:
+            name = f"{t['x']} vs {t['y']}"
+            recs.append({"condition": name, "role": "test", "pooled": False, "heads": "", "metric": t["metric"],
+                         "mean": None, "lo": None, "hi": None, "n": t.get("n"), **_test_columns(t),
+                         "head_write_rel": None, "note": notes.get(name)})
         return pd.DataFrame.from_records(recs)
+
+
+def _test_columns(v: dict) -> dict:
+    """A paired test's columns in a long table (None where the row has no test)."""
+    return {k: v.get(k) for k in ("diff", "diff_lo", "diff_hi", "p_value", "p_floor", "p_holm", "cohens_d",
+                                  "p_note")}
 
 
 def json_scalar(x):
@@ -129,6 +146,11 @@ def compare(outcomes: Outcomes, metrics: Sequence[str] | None = None, tested: Se
                 diffs = (vals[x][m][None, :] - sets[y][m]) if y in sets else (sets[x][m] - vals[y][m][None, :])
                 _set_ci(t, *stats.sets_mean_ci(diffs, **kw)[1:])
             dtests.append({"x": x, "y": y, "metric": m, **t})
+    for m in tested:  # Holm over every test of the table, per metric
+        family = [r.vs_baseline[m] for r in rows + pooled if r.vs_baseline] + [t for t in dtests if t["metric"] == m]
+        for t, adj in zip(family, stats.holm([t["p_value"] for t in family])):
+            t["p_holm"] = float(adj)
+            t["p_holm_family"] = len(family)
     return Comparison(metrics[0], rows, pooled, dtests, baseline)
 
 

@@ -49,6 +49,7 @@ class Controls:
     pool: str
     requested: int = 0  # sets asked for
     possible: int | None = None  # distinct sets that exist (None: not counted, a layer's shortfall)
+    excluded: list = field(default_factory=list)  # heads kept out of every set (besides the target)
 
     @property
     def names(self) -> list[str]:
@@ -74,26 +75,32 @@ class Controls:
                 + ("; --random-pool any draws the same count from every layer" if kind else ""))
 
 
-def random_head_controls(target: Sequence[HeadId], spec, make, draws: int, seed: int = 0, pool: str = "layer",
-                         prefix: str = "random") -> Controls:
+def random_head_controls(target: Sequence, spec, make, draws: int, seed: int = 0, pool: str = "layer",
+                         prefix: str = "random", exclude: Sequence = ()) -> Controls:
     """Up to `draws` distinct random head sets matched to `target` and one condition per set (fewer when fewer
     distinct sets exist: `Controls.note()` says so).
 
     pool="layer": the same count per layer, from the layer's other heads (spilling into the nearest
     layers when a layer has too few, recorded in `shortfall_by_layer`); pool="any": the same
     count from any layer. `make(heads)` returns the condition's interventions (e.g. AblateHeads).
+    `exclude`: heads no control set may contain (e.g. heads that nearly pass the target's criterion).
+    Heads (target and exclude) may be HeadIds, "L3H1" strings or (layer, head) pairs.
     """
     from interp import stats
+    from interp.sites import as_heads
 
     if pool not in RANDOM_POOLS:
         raise InvalidInputError(f"random head pool must be 'layer' (matched per layer) or 'any', got {pool!r}")
     if draws < 0:
         raise InvalidInputError("draws must be >= 0")
+    target, exclude = as_heads(target), as_heads(exclude)
     d = stats.matched_random_heads([(h.layer, h.head) for h in target], spec.n_layers, spec.n_heads,
-                                   n_draws=draws, seed=seed, by_layer=pool == "layer")
+                                   n_draws=draws, seed=seed, by_layer=pool == "layer",
+                                   exclude=[(h.layer, h.head) for h in exclude])
     sets = [tuple(HeadId(l, h) for l, h in x) for x in d.draws]
     conds = [Condition(f"{prefix}-{i + 1}", make(hs), role="control", heads=hs) for i, hs in enumerate(sets)]
-    return Controls(conds, {str(k): v for k, v in d.shortfall_by_layer.items()}, pool, draws, d.n_possible)
+    return Controls(conds, {str(k): v for k, v in d.shortfall_by_layer.items()}, pool, draws, d.n_possible,
+                    [str(h) for h in exclude])
 
 
 def head_ablation(name: str, heads: Sequence[HeadId], mode: str = "zero", means=None, role: str = "other"

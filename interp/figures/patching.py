@@ -51,6 +51,10 @@ def patching_heatmaps(result: dict) -> dict:
     what = (f"normalised {result['metric']} ((patched - base) / (donor - base))" if norm else
             f"patched {result['metric']} (raw; unpatched base {_mean(result['base_value']):+.3f})")
     bar = {"title": "effect" if norm else f"patched {result['metric']}"}
+    method = result.get("method", "exact")
+    if method != "exact":  # attribution: first-order estimates of the effect, not measurements
+        what = f"{method} estimate (not measured) of the {what}"
+        bar = {"title": f"estimate ({method})"}
     for name, g in result["sites"].items():
         z = _nan(g["mean"])
         axes = g["axes"]
@@ -107,9 +111,10 @@ def attribution_scatter(result: dict):
 
         def f(x):
             return "-" if x is None else f"{x:.2f}"
-        fig.update_layout(title=f"{result['method']} vs exact patching, {name}, {result['model']}: Pearson "
-                                f"{f(v['pearson'])}, Spearman {f(v['spearman'])}, top-{v['top']} recall "
-                                f"{f(v['top_k_recall'])}", xaxis_title="exact", yaxis_title="estimate")
+        fig.update_layout(title=f"{result['method']} estimate vs exact patching, {name}, {result['model']}: Pearson "
+                                f"{f(v['pearson'])}, top-{v['top']} recall {f(v['top_k_recall'])}, slope "
+                                f"{f(v.get('slope'))} (estimate ~ slope x exact)", xaxis_title="exact",
+                          yaxis_title="estimate")
         figs[f"attribution_vs_exact_{name}"] = fig
     return figs
 

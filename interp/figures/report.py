@@ -151,7 +151,8 @@ def headline(stem: str, d: dict, df):
     elif "metric" in df.columns and isinstance(d.get("metric"), str) and (df["metric"] == d["metric"]).any():
         df = df[df["metric"] == d["metric"]]
     df = df.head(TABLE_ROWS)
-    keep = [c for c in df.columns if len(df) < 2 or df[c].astype(str).nunique() > 1 or c in ("value", "mean")]
+    keep = [c for c in df.columns if (len(df) < 2 or df[c].astype(str).nunique() > 1 or c in ("value", "mean"))
+            and c not in ("p_note", "note")]  # sentences: the page says them once, under the tests (_tests)
     df = df[keep].copy()
     for c in df.columns:  # long lists (dims, head sets) shortened on the page; the CSV has them whole
         if not pd.api.types.is_numeric_dtype(df[c]):
@@ -171,6 +172,32 @@ def _table(folder: Path, stem: str, d: dict) -> str:
             "</p>" if len(df) < len(full) else "")
     return ("<div class='table'>" + df.to_html(index=False, classes="headline", border=0, na_rep="",
                                                float_format=lambda v: f"{v:.4g}") + "</div>" + note)
+
+
+def _tests(stem: str, d: dict) -> str:
+    """The result's main tests as a small table (estimate, CI, p with its floor flagged, Holm-adjusted p) and the
+    notes a reader needs beside them (figures.tables.main_tests), before the long table."""
+    from interp.figures.tables import main_tests
+    from interp.figures.text import p_flag
+
+    rows, notes = main_tests(stem, d)
+    out = ""
+    if rows:
+        def num(x, fmt="{:+.3g}"):
+            return "" if x is None else fmt.format(x)
+
+        def ci(r):
+            return "" if r["lo"] is None or r["hi"] is None else f"[{r['lo']:+.3g}, {r['hi']:+.3g}]"
+
+        body = "".join(
+            f"<tr><td style='text-align:left'>{_esc(r['test'])}</td><td>{_esc(r['metric'] or '')}</td>"
+            f"<td>{num(r['estimate'])}</td><td>{ci(r)}</td><td>{num(r['p_value'], '{:.3g}')}{_esc(p_flag(r))}</td>"
+            f"<td>{num(r['p_floor'], '{:.3g}')}</td><td>{num(r['p_holm'], '{:.3g}')}</td></tr>" for r in rows)
+        out += ("<div class='table tests'><table class='headline'><thead><tr><th>test</th><th>metric</th>"
+                "<th>estimate</th><th>95% CI</th><th>p</th><th>smallest p the design allows</th>"
+                "<th>p (Holm)</th></tr></thead><tbody>" + body + "</tbody></table></div>")
+    out += "".join(f"<p class='note'>note: {_esc(n)}</p>" for n in notes)
+    return out
 
 
 def _details(title: str, obj) -> str:
@@ -207,6 +234,7 @@ def write_report(folder, run: dict | None = None, results: list[tuple[str, dict]
         summary = d.get("summary")
         if isinstance(summary, str):
             parts.append(f"<p>{_esc(summary)}</p>")
+        parts.append(_tests(stem, d))
         parts.append(_table(folder, stem, d))
         for name, fig in figs.items():
             write_html(fig, folder / f"{name}.html")

@@ -82,11 +82,12 @@ def n_pairs_of(count: int, unit: str, rope: RopeSpec) -> int:
 
 
 def resolve_dims(rope: RopeSpec, band: str | Sequence[int], count: int = 0, unit: str = "dims",
-                 seed: int | None = 0) -> RopeDims:
+                 seed: int | None = 0, exclude: Sequence[int] = ()) -> RopeDims:
     """Pairs and head dims of a frequency band.
 
     band: "lowest" (lowest frequencies), "highest", "random" (seeded), or explicit pair indices
-    (then `count` is ignored).
+    (then `count` is ignored). `exclude`: pairs a "random" band never draws (e.g. a target band, so that a
+    random-dims control does not zero part of it); an error when fewer than `count` pairs remain.
     """
     if isinstance(band, str):
         if band not in BANDS:
@@ -98,7 +99,12 @@ def resolve_dims(rope: RopeSpec, band: str | Sequence[int], count: int = 0, unit
         elif band == "highest":
             pairs = order[::-1][:k]
         else:
-            pairs = random.Random(seed).sample(range(rope.n_pairs), k)
+            skip = {int(p) for p in exclude}
+            pool = [j for j in range(rope.n_pairs) if j not in skip]
+            if len(pool) < k:
+                raise InvalidInputError(f"cannot draw {k} random pairs outside the {len(skip)} excluded ones: only "
+                                        f"{len(pool)} of {rope.n_pairs} pairs remain")
+            pairs = random.Random(seed).sample(pool if skip else range(rope.n_pairs), k)
         name = band
     else:
         pairs = [int(p) for p in band]

@@ -117,6 +117,10 @@ def _base_run(model, batch, kinds: set[str], config, pairs, want_calls: bool) ->
             m = torch.as_tensor(config.metric(last, list(pairs)))
         elif config.metric == "logprob":
             m = torch.log_softmax(last, -1).gather(1, a[:, None])[:, 0]
+        elif config.metric == "prob":
+            m = torch.softmax(last, -1).gather(1, a[:, None])[:, 0]
+        elif config.metric == "kl":
+            raise InvalidInputError("metric 'kl' is for exact patching; attribution takes logit_diff, logprob or prob")
         else:
             w = torch.tensor([p.wrong for p in pairs], device=last.device)
             m = (last.gather(1, a[:, None]) - last.gather(1, w[:, None]))[:, 0]
@@ -183,6 +187,8 @@ def run_attribution(model, pairs: Sequence[PatchPair], config: PatchingConfig | 
     from interp.patching.run import _check_pairs
 
     config = config or PatchingConfig()
+    if config.metric == "kl":
+        raise InvalidInputError("metric 'kl' is for exact patching; attribution takes logit_diff, logprob or prob")
     if method not in METHODS:
         raise InvalidInputError(f"unknown attribution method {method!r}; valid: {', '.join(METHODS)} (or exact)")
     if config.align != "end":
@@ -287,10 +293,14 @@ def _verify(model, pairs, config, grids: dict, top: int, sample: int) -> dict:
         warn = [f"{_label(cells[i], g)}: estimate {a_vals[i]:+.3f}, exact {e_vals[i]:+.3f}" for i in range(k)
                 if np.sign(a_vals[i]) != np.sign(e_vals[i]) and abs(e_vals[i]) > 0.05]
         both = np.isfinite(e_vals) & np.isfinite(a_vals)
+        labels = [_label(c, g) for c in cells]
+        top_both = both[:k]
         out[site] = {
             "n_checked": int(len(chosen)), "top": k, "sample": int(len(samp)),
             "pearson": _corr(sps.pearsonr, a_vals[both], e_vals[both]),
             "spearman": _corr(sps.spearmanr, a_vals[both], e_vals[both]),
+            **scale_agreement(a_vals[both], e_vals[both], [l for l, b in zip(labels, both) if b],
+                              top=a_vals[:k][top_both], top_exact=e_vals[:k][top_both]),
             "top_k_recall": recall,
             "largest_missed": None if miss is None else {"cell": _label(cells[k + miss], g),
                                                           "exact": float(samp_e[miss]),
@@ -299,6 +309,27 @@ def _verify(model, pairs, config, grids: dict, top: int, sample: int) -> dict:
             "cells": [{"cell": _label(c, g), "estimate": float(a), "exact": float(e)}
                       for c, a, e in zip(cells, a_vals, e_vals)]}
     return out
+
+
+def scale_agreement(a, e, labels, top=None, top_exact=None, n_misses: int = 3) -> dict:
+    """How the estimates' SCALE agrees with the exact effects (a correlation cannot show it: estimates at half the
+    truth correlate perfectly): `slope`, the least-squares slope of estimate on exact through 0 (estimate ~ slope x
+    exact; 1 is a calibrated estimate), `ratio_top` (min, median, max of estimate / exact over the `top` cells whose
+    |exact| is at least a tenth of the largest; None without them) and `largest_misses`, the `n_misses` cells with
+    the largest |estimate - exact|, each {cell, estimate, exact}."""
+    a, e = np.asarray(a, dtype=float), np.asarray(e, dtype=float)
+    ee = float(np.sum(e * e))
+    slope = float(np.sum(a * e) / ee) if ee > 0 else None
+    ratio = None
+    if top is not None and len(top):
+        t, te = np.asarray(top, dtype=float), np.asarray(top_exact, dtype=float)
+        big = np.abs(te) >= 0.1 * np.max(np.abs(e)) if e.size and np.max(np.abs(e)) > 0 else np.zeros(te.size, bool)
+        if big.any():
+            r = t[big] / te[big]
+            ratio = {"min": float(r.min()), "median": float(np.median(r)), "max": float(r.max()), "n": int(big.sum())}
+    order = np.argsort(-np.abs(a - e), kind="stable")[:n_misses]
+    return {"slope": slope, "ratio_top": ratio,
+            "largest_misses": [{"cell": labels[i], "estimate": float(a[i]), "exact": float(e[i])} for i in order]}
 
 
 def _label(cell: tuple, g: SiteGrid) -> str:
@@ -320,7 +351,9 @@ def grid_agreement(estimate, exact, site: str, ks: Sequence[int] = (10, 20)) -> 
     same pairs and site, over every cell both have (the built-in verification checks only the top cells and a
     sample): Pearson and Spearman of the per-cell means, and per k in `ks` the top-k recall (the share of the
     k cells with the largest |exact effect| that are among the k largest |estimates|), the exact top-k cells
-    with both values, and the ones the estimate missed. Takes result objects or their dicts."""
+    with both values, and the ones the estimate missed; and the agreement of scale (`scale_agreement`: the slope
+    of estimate on exact, estimate / exact over the top estimates, the largest misses). Takes result objects or
+    their dicts."""
     from scipy import stats as sps
 
     d_est, d_ex = (r if isinstance(r, dict) else r.to_dict() for r in (estimate, exact))
@@ -347,5 +380,9 @@ def grid_agreement(estimate, exact, site: str, ks: Sequence[int] = (10, 20)) -> 
                        "exact_top": [{"cell": lab[i], "exact": float(flat_e[i]), "estimate": float(flat_a[i]),
                                       "estimate_rank": int(np.nonzero(by_est == i)[0][0]) + 1} for i in te],
                        "missed": [lab[i] for i in te if i not in ta]}
+    k0 = min(int(max(ks)) if ks else 10, len(ok))
     return {"site": site, "n_cells": int(len(ok)), "pearson": _corr(sps.pearsonr, flat_a[ok], flat_e[ok]),
-            "spearman": _corr(sps.spearmanr, flat_a[ok], flat_e[ok]), "top_k": top}
+            "spearman": _corr(sps.spearmanr, flat_a[ok], flat_e[ok]),
+            **scale_agreement(flat_a[ok], flat_e[ok], [lab[i] for i in ok], top=flat_a[by_est[:k0]],
+                              top_exact=flat_e[by_est[:k0]]),
+            "top_k": top}

@@ -58,17 +58,23 @@ from interp.patching.skip import start_at
 
 DIRECTIONS = ("denoising", "noising")
 ALIGNS = ("end", "anchor")
-METRICS = ("logit_diff", "logprob")
+METRICS = ("logit_diff", "logprob", "prob", "kl")
+#: the smallest median |donor - base| worth normalising by, per metric (nats; a probability for prob)
+WEAK_GAPS = {"prob": 0.02}
 
 
 @dataclass
 class PatchingConfig:
     """`sites`: grid sites (resid_pre, resid_post, attn_out, mlp_out, head_out, head_out_by_pos, q, k, v).
-    `direction`: denoising (clean into corrupt) | noising. `metric`: logit_diff | logprob | a callable;
+    `direction`: denoising (clean into corrupt) | noising. `metric`: logit_diff (logit(answer) - logit(wrong)) |
+    logprob (log p(answer)) | prob (p(answer)) | kl (KL(donor || run) of the next-token distributions in nats: 0 for
+    the donor run, so the normalised value 1 - KL(donor || patched) / KL(donor || base) is the share of the
+    distance to the donor's whole distribution that the patch closes; exact patching only) | a callable;
     `normalize`: (patched - base) / (donor - base), pairs whose gap is below `min_gap` left out. `max_batch`:
     rows per forward; `reuse_prefix`: start per-position cells from the base run's KV cache; `skip_layers`: start
     each row at its cell's layer from the base run's residual stream. `align`: end |
-    anchor position axis; `positions` / `cells`: only those. `n_boot`: bootstrap resamples for the CIs."""
+    anchor position axis; `positions` / `cells`: only those. `n_boot`: bootstrap resamples for the CIs; `n_perm`:
+    sign patterns drawn per cell test (every pattern when 2^n_pairs <= max(n_perm, 4096))."""
 
     sites: tuple[str, ...] = ("resid_pre",)
     direction: str = "denoising"
@@ -82,6 +88,7 @@ class PatchingConfig:
     cells: dict | None = None  # {site: [cell index tuples over the site's axes]}: only those (e.g. AtP checks)
     min_gap: float = 1e-6
     n_boot: int = 1000
+    n_perm: int = 2000  # sign patterns per cell test when 2^n_pairs is larger (else all are enumerated)
     seed: int = 0
 
     def __post_init__(self):
@@ -108,6 +115,11 @@ class SiteGrid:
     per_pair: list  # [pair][...axes], NaN where the pair lacks the cell
     positions: list[int] | None = None
     kv_query_heads: list[list[int]] | None = None  # k/v: the query heads each key-value head feeds
+    # exact patching: per cell, the sign-flip p of the mean effect (patched - base) over pairs, the smallest p its
+    # design allows, and the Benjamini-Hochberg p over the site's cells (stats.column_sign_flip); None for AtP
+    p_value: list | None = None
+    p_floor: list | None = None
+    p_bh: list | None = None
 
 
 @dataclass
@@ -142,7 +154,10 @@ class PatchingResult:
 
     def to_frame(self):
         """One row per (site, cell): the axes' values, mean, lo, hi, n_pairs, and `effect` (the mean patching
-        effect, patched minus base: `site_effect`)."""
+        effect, patched minus base: `site_effect`; `method` says whether these are measured, "exact", or AtP
+        estimates, "atp" / "atp-qk"); exact patching adds `p_value` (sign-flip over pairs of that
+        effect), `p_floor` (the smallest p the cell's design allows) and `p_bh` (Benjamini-Hochberg over the
+        site's cells: many cells, many tests)."""
         import pandas as pd
 
         d = self.to_dict()
@@ -151,11 +166,15 @@ class PatchingResult:
             g = g if isinstance(g, SiteGrid) else SiteGrid(**g)
             mean, lo, hi, n = (np.asarray(x, dtype=float) for x in (g.mean, g.lo, g.hi, g.n_pairs))
             effect, _ = site_effect(d, name)
+            tests = None if g.p_value is None else [np.asarray(x, dtype=float) for x in (g.p_value, g.p_floor, g.p_bh)]
             for idx in np.ndindex(mean.shape):
-                rec = {"model": self.model, "site": name, "metric": self.metric, "normalized": self.normalized}
+                rec = {"model": self.model, "site": name, "metric": self.metric, "normalized": self.normalized,
+                       "method": self.method}
                 for ax, i in zip(g.axes, idx):
                     rec[ax] = g.positions[i] if ax == "position" else i
                 rec.update(mean=mean[idx], lo=lo[idx], hi=hi[idx], n_pairs=int(n[idx]), effect=effect[idx])
+                if tests is not None:
+                    rec.update(p_value=tests[0][idx], p_floor=tests[1][idx], p_bh=tests[2][idx])
                 recs.append(rec)
         return pd.DataFrame.from_records(recs)
 
@@ -243,11 +262,32 @@ def _metric(config, logits: torch.Tensor, pairs: Sequence[PatchPair]) -> np.ndar
             raise InvalidInputError(f"the metric callable must return one number per row ({len(pairs)}), "
                                     f"got shape {v.shape}")
         return v
+    if config.metric == "kl":
+        raise InvalidInputError("metric 'kl' needs the donor run's distribution: exact patching (run_patching) "
+                                "computes it; attribution and path patching take logit_diff, logprob or prob")
     a = torch.tensor([p.answer for p in pairs], device=logits.device)
     if config.metric == "logprob":
         return torch.log_softmax(logits, -1).gather(1, a[:, None])[:, 0].cpu().numpy().astype(float)
+    if config.metric == "prob":
+        return torch.softmax(logits, -1).gather(1, a[:, None])[:, 0].cpu().numpy().astype(float)
     w = torch.tensor([p.wrong for p in pairs], device=logits.device)
     return (logits.gather(1, a[:, None]) - logits.gather(1, w[:, None]))[:, 0].cpu().numpy().astype(float)
+
+
+def _kl_to_donor(config, donor_last: torch.Tensor, pairs: Sequence[PatchPair]):
+    """`config` with metric 'kl' made concrete: KL(donor || run) in nats between the pair's donor-run next-token
+    distribution and a row's, per row (rows name their pairs by identity)."""
+    from dataclasses import replace
+
+    ref = torch.log_softmax(donor_last.float(), -1)  # [P, V]
+    index = {id(p): i for i, p in enumerate(pairs)}
+
+    def kl(logits, rows):
+        r = ref[[index[id(p)] for p in rows]].to(logits.device)
+        return (r.exp() * (r - torch.log_softmax(logits.float(), -1))).sum(-1).clamp(min=0.0)
+
+    kl.__name__ = "kl"
+    return replace(config, metric=kl)
 
 
 def _capture_run(model, donor_batch, sites: tuple[str, ...]) -> dict[str, dict[int, torch.Tensor]]:
@@ -353,7 +393,8 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
         donor, donor_last = _capture_run(model, donor_batch, config.sites)
         base_acts, base_last = _capture_run(model, model.pad(base_seqs), base_sites) if base_sites else (
             None, model.forward(model.pad(base_seqs), last_only=True)[:, -1])
-    donor_value, base_value = _metric(config, donor_last, pairs), _metric(config, base_last, pairs)
+    mcfg = _kl_to_donor(config, donor_last, pairs) if config.metric == "kl" else config  # what _metric evaluates
+    donor_value, base_value = _metric(mcfg, donor_last, pairs), _metric(mcfg, base_last, pairs)
     gap = donor_value - base_value
     excluded = [i for i, g in enumerate(gap) if abs(g) < config.min_gap] if config.normalize else []
     if config.normalize:
@@ -406,7 +447,7 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
             if progress is not None:
                 progress(n)
             done = (L - l0) / L * float(np.sum(n_tokens / n / lengths[rp]))  # each row's positions over its length
-            return {"raw": _metric(config, last, [pairs[i] for i in rp]), "tokens": n_tokens, "prefix_rows": n_prefix,
+            return {"raw": _metric(mcfg, last, [pairs[i] for i in rp]), "tokens": n_tokens, "prefix_rows": n_prefix,
                     "skip_rows": n if l0 else 0, "work": done}
 
         key = json.dumps({"site": site, "config": repr(asdict(config)),
@@ -430,12 +471,16 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
         per_pair = np.full((len(pairs),) + shape, np.nan)
         per_pair[(row_pair,) + tuple(row_cell.T)] = value
         est = stats.column_mean_ci(per_pair.reshape(len(pairs), -1), n_boot=config.n_boot, seed=config.seed)
+        # the effect each pair's cell had, patched - base (normalised values are relative to base already)
+        effect = per_pair if config.normalize else per_pair - base_value.reshape((-1,) + (1,) * len(shape))
+        test = stats.column_sign_flip(effect.reshape(len(pairs), -1), n_perm=config.n_perm, seed=config.seed)
         grids[site] = SiteGrid(
             site=site, kind=kind.value, axes=list(axes), mean=_nested(est.mean, shape), lo=_nested(est.lo, shape),
             hi=_nested(est.hi, shape), n_pairs=est.n.reshape(shape).tolist(), per_pair=_nested(per_pair, per_pair.shape),
             positions=labels.tolist() if "position" in axes else None,
             kv_query_heads=[[h for h in range(spec.n_heads) if spec.kv_head_of(h) == kv] for kv in range(spec.n_kv_heads)]
-            if "kv_head" in axes else None)
+            if "kv_head" in axes else None,
+            p_value=_nested(test.p_value, shape), p_floor=_nested(test.p_floor, shape), p_bh=_nested(test.p_bh, shape))
 
     cfg = asdict(config)
     cfg["metric"] = metric_name(config.metric)
@@ -462,10 +507,11 @@ def check_gap(gap: np.ndarray, metric: str) -> None:
     from interp.errors import InterpWarning
 
     med = float(np.median(np.abs(gap)))
-    if med < WEAK_GAP:
+    weak = WEAK_GAPS.get(metric, WEAK_GAP)
+    if med < weak:
         warnings.warn(InterpWarning(
             f"the clean and corrupt runs barely differ: median |{metric}(donor) - {metric}(base)| = {med:.3g} over "
-            f"{len(gap)} pairs (< {WEAK_GAP}); normalised patching values divide by it and are noise. Check that "
+            f"{len(gap)} pairs (< {weak}); normalised patching values divide by it and are noise. Check that "
             "the model does the task (e.g. `interp organisms eval`), or use --raw (normalize=False)"), stacklevel=3)
 
 

@@ -32,16 +32,21 @@ Where scipy is used and where not
   within a build) of head counts; `slope_permutation`: the pairing permutation test of a slope, enumerated
   and vectorised in numpy (scipy's `permutation_test` gives the same p-values - the tests check it - but its
   exact enumeration took 75 s at n = 7).
+* `holm` / `benjamini_hochberg` (stats/multiple.py): multiple-comparison adjustment, hand-written (a sort and a
+  running max / min); `benjamini_hochberg` equals `scipy.stats.false_discovery_control` (tested).
+* `column_sign_flip`: the sign-flip test of `paired_diff` for every cell of a grid at once (one matrix product
+  of sign patterns by cells), with Benjamini-Hochberg over the cells.
 * `column_mean_ci`: vectorised percentile bootstrap over pairs for every cell of a patching grid
   (scipy's bootstrap runs one statistic at a time; a grid has thousands of cells).
 """
 
 from interp.stats._common import BCA_MAX_N, EXACT_SIGN_FLIP_MAX_N
-from interp.stats.grid import GridEstimate, column_mean_ci
+from interp.stats.grid import GridEstimate, GridTest, column_mean_ci, column_sign_flip
 from interp.stats.heads import MatchedDraws, matched_random_heads, threshold_sweep
+from interp.stats.multiple import adjust, benjamini_hochberg, holm
 from interp.stats.paired import Estimate, PairedComparison, cohens_d, mean_ci, paired_diff, sets_mean_ci
 from interp.stats.permutation import PermutationResult, layer_clustered_permutation
 
-__all__ = ["BCA_MAX_N", "EXACT_SIGN_FLIP_MAX_N", "Estimate", "GridEstimate", "column_mean_ci", "MatchedDraws", "PairedComparison", "PermutationResult",
-           "cohens_d", "layer_clustered_permutation", "matched_random_heads", "mean_ci", "paired_diff",
+__all__ = ["BCA_MAX_N", "EXACT_SIGN_FLIP_MAX_N", "Estimate", "GridEstimate", "GridTest", "column_mean_ci", "column_sign_flip", "MatchedDraws", "PairedComparison", "PermutationResult",
+           "adjust", "benjamini_hochberg", "holm", "cohens_d", "layer_clustered_permutation", "matched_random_heads", "mean_ci", "paired_diff",
            "sets_mean_ci", "threshold_sweep"]

@@ -60,9 +60,13 @@ class PairedComparison(_ToDict):
 
     diff = mean(x - y) (== mean_x - mean_y up to rounding); [diff_lo, diff_hi] its paired-bootstrap
     CI; p_value a two-sided paired sign-flip permutation test of mean(x - y) == 0; cohens_d the
-    paired d_z = mean(x - y) / sd(x - y, ddof=1) (0.0 if every difference is 0, +-inf if the
+    paired d_z = mean(x - y) / sd(x - y, ddof=1) (NaN, undefined, if every difference is 0; +-inf if the
     differences are all equal and non-zero). n_perm: number of sign patterns actually evaluated
-    (2**n when exact). p_method: "exact sign-flip (2^n patterns)" or "monte-carlo sign-flip (+1)".
+    (2**k when exact, k = n_informative: the pairs whose difference is not 0; the others flip to
+    themselves). p_method: "exact sign-flip (2^k patterns of the k non-zero differences)" or
+    "monte-carlo sign-flip (+1)". p_floor: the smallest p the design allows (exact: 2 / 2**k; Monte
+    Carlo: 1 / (n_perm + 1)); at_floor: p_value sits on it; p_note: words for a p on its floor or a
+    test without power (floor above 0.05), None otherwise.
     """
 
     mean_x: float
@@ -79,6 +83,10 @@ class PairedComparison(_ToDict):
     ci_method: str
     p_method: str
     seed: int
+    n_informative: int = 0
+    p_floor: float = 0.0
+    at_floor: bool = False
+    p_note: str | None = None
 
 
 def _sign_flip_p(d: np.ndarray, n_perm: int, rng: np.random.Generator) -> tuple[float, int, bool]:
@@ -94,9 +102,13 @@ def _sign_flip_p(d: np.ndarray, n_perm: int, rng: np.random.Generator) -> tuple[
     >= the observed one minus 1e-9 * sum|d|: every signed sum is exact up to ~n * eps * sum|d|, so
     patterns that tie in exact arithmetic (e.g. 0/1 data) are never lost to rounding.
     Exact: count / 2**n over all sign patterns (the observed one included). Monte Carlo:
-    (count + 1) / (n_perm + 1).
+    (count + 1) / (n_perm + 1). Call it with the non-zero differences only: a zero flips to itself, so
+    2**n_zero patterns share each statistic and the p-value is the same, while the number of distinct
+    patterns, which decides exact vs Monte Carlo, is 2**(non-zero).
     """
     n = d.size
+    if n == 0:  # nothing to flip: the one pattern is the observed one
+        return 1.0, 1, True
     exact = n <= EXACT_SIGN_FLIP_MAX_N or n_perm >= 2**n
     obs = abs(float(np.sum(d)))
     tol = 1e-9 * float(np.sum(np.abs(d)))
@@ -130,12 +142,16 @@ def paired_diff(x, y, n_boot: int = 10000, n_perm: int = 10000, level: float = 0
     * p-value: two-sided sign-flip permutation test of mean(x - y), P(|mean(s * d)| >= |mean(d)|)
       over random signs s: exact over all 2**n sign patterns when n <= 16 (or n_perm >= 2**n),
       else `n_perm` random patterns with the +1 correction, so the smallest possible p is
-      1/(n_perm+1) (exact: 2/2**n). Pairs with d == 0 stay in (they add nothing to either side).
+      1/(n_perm+1) (exact: 2/2**n). Pairs with d == 0 flip to themselves: they change no pattern's
+      statistic, so only the k non-zero differences are flipped (n above is that k: twenty 0/1 recall
+      pairs of which ten differ have 2**10 distinct patterns, enumerated, and p cannot fall below
+      2/1024, where a Monte Carlo p could reach 1/(n_perm+1)). `p_floor`, `at_floor` and `p_note`
+      say when p is at that floor or the design has no power (a floor above 0.05).
       Its random stream is independent of the bootstrap's (child of the same seed).
-    * cohens_d: paired d_z = mean(d) / sd(d, ddof=1), d = x - y. Defined as 0.0 when all d are 0
-      and as +inf / -inf (sign of mean(d)) when all d are equal but non-zero - sd 0 makes the
-      ratio unbounded; check `math.isinf` before averaging effect sizes. "Equal" tolerates
-      rounding noise of a few ulps.
+    * cohens_d: paired d_z = mean(d) / sd(d, ddof=1), d = x - y. NaN when all d are 0 (0/0: no
+      effect size to speak of, where 0.0 would read as a measured null) and +inf / -inf (sign of
+      mean(d)) when all d are equal but non-zero - sd 0 makes the ratio unbounded; check
+      `math.isfinite` before averaging effect sizes. "Equal" tolerates rounding noise of a few ulps.
 
     Raises InvalidInputError (a ValueError) when the lengths differ (the samples are not paired)
     or n < 2 (sd(d, ddof=1) is undefined and one pair has no resampling or sign-flip
@@ -161,16 +177,37 @@ def paired_diff(x, y, n_boot: int = 10000, n_perm: int = 10000, level: float = 0
     d = xa - ya
     est = mean_ci(d, n_boot=n_boot, level=level, seed=seed)
     perm_rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
-    p, n_pat, exact = _sign_flip_p(d, n_perm, perm_rng)
+    nz = d[np.abs(d) > 1e-12 * float(np.max(np.abs(d)))] if np.any(d != 0) else d[:0]
+    p, n_pat, exact = _sign_flip_p(nz, n_perm, perm_rng)
+    p_floor = min(1.0, 2.0 / n_pat) if exact else 1.0 / (n_perm + 1)
     scale = float(max(np.max(np.abs(xa)), np.max(np.abs(ya)), np.max(np.abs(d))))
-    dz = _std_effect(float(np.mean(d)), float(np.std(d, ddof=1)), scale)
+    # every difference 0: d_z is 0/0, undefined (NaN; strict JSON writes null with a "nonfinite" note), not 0
+    dz = math.nan if nz.size == 0 else _std_effect(float(np.mean(d)), float(np.std(d, ddof=1)), scale)
     return PairedComparison(
         mean_x=float(np.mean(xa)), mean_y=float(np.mean(ya)), diff=est.mean, diff_lo=est.lo,
         diff_hi=est.hi, p_value=p, cohens_d=dz, n=int(d.size), level=level, n_boot=n_boot,
         n_perm=n_pat, ci_method=f"paired bootstrap, {est.method}",
-        p_method="exact sign-flip (2^n patterns)" if exact else "monte-carlo sign-flip (+1)",
-        seed=seed,
+        p_method=(f"exact sign-flip (2^{nz.size} patterns of the {nz.size} non-zero differences)" if exact
+                  else "monte-carlo sign-flip (+1)"),
+        seed=seed, n_informative=int(nz.size), p_floor=p_floor, at_floor=bool(p <= p_floor * (1 + 1e-9)),
+        p_note=_sign_flip_note(p, p_floor, exact, int(nz.size), int(d.size), n_perm),
     )
+
+
+def _sign_flip_note(p: float, p_floor: float, exact: bool, k: int, n: int, n_perm: int) -> str | None:
+    """Words for a sign-flip p that cannot say much: a floor above 0.05 (no power), or p on its floor."""
+    pairs = f"{k} of {n} pairs differ" if k < n else f"{n} pairs, all differ"
+    if k == 0:
+        return "no power: every pair's difference is 0 (p = 1)"
+    if p_floor > 0.05:
+        return f"no power at 0.05: {pairs}, 2^{k} sign patterns, so p cannot fall below {p_floor:.3g}"
+    if p <= p_floor * (1 + 1e-9):
+        if exact:
+            return (f"p is at the floor of its design: {pairs}, and of the 2^{k} sign patterns only the observed "
+                    f"one and its mirror are as extreme; the smallest attainable p is {p_floor:.3g}")
+        return (f"p is at the Monte Carlo floor 1 / ({n_perm} + 1) = {p_floor:.3g}: no sign pattern drawn was as "
+                "extreme; more permutations would resolve a smaller p")
+    return None
 
 
 # --------------------------------------------------------------------------- 3. cohens_d

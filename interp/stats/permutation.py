@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -16,9 +17,14 @@ class PermutationResult(_ToDict):
     """Layer-clustered permutation test of labelled vs unlabelled heads.
 
     observed: the statistic on the real labels; p_value: two-sided, equal-tailed,
-    min(1, 2 * min(P_upper, P_lower)) with P_upper = (1 + #{null >= observed}) / (n_perm + 1) and
-    P_lower likewise (so p >= 2 / (n_perm + 1)); null_mean / null_sd (ddof=1) summarise the
-    permutation null - compare `observed` with `null_mean`, not with 0.
+    min(1, 2 * min(P_upper, P_lower)). Exact (`exact`, every one of the `n_labellings` labellings
+    the null allows, when there are no more than the `n_perm` asked): P_upper = #{null >= observed} /
+    n_labellings, so p >= 2 / n_labellings. Monte Carlo otherwise: P_upper = (1 + #{null >= observed})
+    / (n_perm + 1), so p >= 2 / (n_perm + 1). `p_floor` is that smallest attainable p, `at_floor`
+    whether p_value sits on it, `p_method` which test ran and `note` says, in words, when p is at its
+    floor or the design has no power (no free layer; a floor above 0.05); None otherwise.
+    null_mean / null_sd (ddof=1) summarise the permutation null - compare `observed` with
+    `null_mean`, not with 0. n_perm: labellings evaluated (n_labellings when exact).
     labelled_by_layer / heads_by_layer: per-layer label counts kept fixed by the null (to_dict
     turns the int layer keys into strings). n_free_layers: layers with both labelled and
     unlabelled heads - the only ones whose labels actually move; if 0, p_value is 1.
@@ -36,6 +42,12 @@ class PermutationResult(_ToDict):
     labelled_by_layer: dict = field(default_factory=dict)
     heads_by_layer: dict = field(default_factory=dict)
     seed: int = 0
+    n_labellings: int | float = 0  # a float past 2**53
+    exact: bool = False
+    p_method: str = ""
+    p_floor: float = 0.0
+    at_floor: bool = False
+    note: str | None = None
 
 
 def _layer_groups(labels: np.ndarray, layers: np.ndarray):
@@ -65,6 +77,64 @@ def _permute_within_layers(labels: np.ndarray, layers: np.ndarray, n: int,
         order = np.argsort(rng.random((n, cols.size)), axis=1)[:, :k]
         out[rows, cols[order]] = True
     return out
+
+
+def _n_labellings(labels: np.ndarray, layers: np.ndarray) -> int:
+    """How many labellings keep every layer's labelled count: the product of C(heads, labelled) per layer."""
+    return math.prod(math.comb(int(cols.size), k) for _, cols, k in _layer_groups(labels, layers))
+
+
+def _count(n: int):
+    """A count as JSON keeps it: the int while a float holds it exactly (< 2**53), else a float (inf past 1e308)."""
+    if n < 2 ** 53:
+        return int(n)
+    try:
+        return float(n)
+    except OverflowError:
+        return math.inf
+
+
+def _every_labelling(labels: np.ndarray, layers: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """(stop - start, N) boolean label matrix: labellings number start..stop-1 of all those that keep each
+    layer's labelled count, in a fixed order (a mixed-radix number whose digits are each free layer's
+    combination index; fixed layers keep their labels)."""
+    idx = np.arange(start, stop, dtype=np.int64)
+    out = np.zeros((idx.size, labels.size), dtype=bool)
+    for _, cols, k in _layer_groups(labels, layers):
+        if k == 0:
+            continue
+        if k == cols.size:
+            out[:, cols] = True
+            continue
+        combos = np.array(list(itertools.combinations(range(cols.size), k)), dtype=np.int64)  # [C, k]
+        digit = idx % combos.shape[0]
+        idx = idx // combos.shape[0]
+        out[np.arange(out.shape[0])[:, None], cols[combos[digit]]] = True
+    return out
+
+
+def _floor_note(p: float, p_floor: float, exact: bool, n_labellings: int, n_perm: int, n_free: int,
+                free_layers: list[int]) -> str | None:
+    """The words for a p-value that cannot say much: no free layer, a floor above 0.05, or p on its floor."""
+    layers_txt = (f"one free layer, L{free_layers[0]}" if n_free == 1
+                  else f"{n_free} free layers")
+    if n_free == 0:
+        return ("no power: no layer has both labelled and other heads, so the within-layer null cannot move a "
+                "label (p = 1)")
+    if p_floor > 0.05:
+        return (f"no power at 0.05: only {n_labellings} labellings keep each layer's count ({layers_txt}), so p "
+                f"cannot fall below {p_floor:.3g}")
+    if p <= p_floor * (1 + 1e-9):
+        if exact:
+            return (f"p is at the floor of its design: of all {n_labellings} labellings that keep each layer's "
+                    f"count ({layers_txt}), none but the observed one is as extreme; the smallest attainable p is "
+                    f"{p_floor:.3g}")
+        return (f"p is at the Monte Carlo floor 2 / ({n_perm} + 1) = {p_floor:.3g}: no permutation was as extreme "
+                f"(of {_count(n_labellings):.3g} labellings); more permutations would resolve a smaller p")
+    if n_free == 1:
+        return (f"one free layer (L{free_layers[0]}): the labelled heads are compared with the other heads of "
+                "that layer only")
+    return None
 
 
 def _group_stat(masks: np.ndarray, v: np.ndarray, statistic: str) -> np.ndarray:
@@ -110,7 +180,13 @@ def layer_clustered_permutation(values, labels, layers=None, n_perm: int = 10000
     P_lower = (1 + #{null <= observed}) / (n_perm + 1); null statistics within
     1e-9 * (1 + |observed|) of the observed one (computed on standardised values) count as ties,
     i.e. as extreme in both tails.
-    The smallest attainable p is 2 / (n_perm + 1).
+    The smallest attainable p is 2 / (n_perm + 1). When the design allows no more labellings than
+    `n_perm` (few heads in the free layers, e.g. four labelled heads of one 8-head layer: 70), every
+    labelling is enumerated instead and the test is exact: P_upper = #{null >= observed} /
+    n_labellings (the observed labelling among them), and the smallest attainable p is
+    2 / n_labellings - a Monte Carlo p there could fall below what the design allows. The result says
+    which (`exact`, `p_method`), carries that floor (`p_floor`, `at_floor`) and a `note` when p sits on
+    it or the test has no power.
 
     A pooled within-group SD below ~1e-7 * sqrt(n_heads) of the overall SD counts as 0 (d is then
     0.0 or +-inf, as in `cohens_d`).
@@ -168,13 +244,18 @@ def layer_clustered_permutation(values, labels, layers=None, n_perm: int = 10000
     # Everything below is in standardised units (both statistics are then O(1)); mean_diff is
     # scaled back only for reporting.
     obs_std = float(_group_stat(labs[None, :], v, statistic)[0])
+    n_lab = _n_labellings(labs, lays)
+    exact = n_lab <= n_perm
+    n_eval = n_lab if exact else n_perm
     rng = np.random.default_rng(seed)
     batch = max(1, _BATCH_ELEMS // labs.size)
     null_parts = []
     done = 0
-    while done < n_perm:
-        b = min(batch, n_perm - done)
-        null_parts.append(_group_stat(_permute_within_layers(labs, lays, b, rng), v, statistic))
+    while done < n_eval:
+        b = min(batch, n_eval - done)
+        masks = (_every_labelling(labs, lays, done, done + b) if exact
+                 else _permute_within_layers(labs, lays, b, rng))
+        null_parts.append(_group_stat(masks, v, statistic))
         done += b
     null_std = np.concatenate(null_parts)
 
@@ -182,10 +263,13 @@ def layer_clustered_permutation(values, labels, layers=None, n_perm: int = 10000
     # layers whose values differ, so |null| >= |observed| would be wrong; double the smaller tail.
     # Ties: the same labelling can come out a few ulps apart through a different summation order
     # (BLAS blocking depends on the batch shape), so differences below 1e-9 count as ties.
+    # Exact: the observed labelling is one of the enumerated ones, so it counts itself; Monte Carlo adds it (+1).
     tol = 0.0 if np.isinf(obs_std) else 1e-9 * (1.0 + abs(obs_std))
-    p_upper = (1 + int(np.count_nonzero(null_std >= obs_std - tol))) / (n_perm + 1)
-    p_lower = (1 + int(np.count_nonzero(null_std <= obs_std + tol))) / (n_perm + 1)
+    extra, denom = (0, n_lab) if exact else (1, n_perm + 1)
+    p_upper = (extra + int(np.count_nonzero(null_std >= obs_std - tol))) / denom
+    p_lower = (extra + int(np.count_nonzero(null_std <= obs_std + tol))) / denom
     p = min(1.0, 2.0 * min(p_upper, p_lower))
+    p_floor = min(1.0, 2.0 / denom)
 
     observed = obs_std * v_scale
     null = null_std * v_scale
@@ -194,13 +278,18 @@ def layer_clustered_permutation(values, labels, layers=None, n_perm: int = 10000
     null_f = null[finite]
     null_mean = float(null_f.mean()) if null_f.size else float("nan")
     null_sd = float(null_f.std(ddof=1)) if null_f.size > 1 else 0.0
+    free = [lay for lay, cols, k in groups if 0 < k < cols.size]
     return PermutationResult(
-        observed=observed, p_value=float(p), n_perm=n_perm, null_mean=null_mean, null_sd=null_sd,
+        observed=observed, p_value=float(p), n_perm=n_eval, null_mean=null_mean, null_sd=null_sd,
         statistic=statistic, n_labelled=n1, n_unlabelled=n0,
-        n_free_layers=sum(1 for _, cols, k in groups if 0 < k < cols.size),
+        n_free_layers=len(free),
         labelled_by_layer={lay: k for lay, _, k in groups},
         heads_by_layer={lay: int(cols.size) for lay, cols, _ in groups},
-        seed=seed,
+        seed=seed, n_labellings=_count(n_lab), exact=exact,
+        p_method=(f"exact: all {n_lab} labellings that keep each layer's labelled count" if exact
+                  else f"monte-carlo: {n_perm} within-layer permutations (+1) of {_count(n_lab):.3g} labellings"),
+        p_floor=p_floor, at_floor=bool(p <= p_floor * (1 + 1e-9)),
+        note=_floor_note(p, p_floor, exact, n_lab, n_perm, len(free), free),
     )
 
 

@@ -68,6 +68,12 @@ def test_masking_the_two_retrieval_heads_breaks_niah_where_random_pairs_do_not(b
     p = res.points[0]
     assert p.target["metric"]["mean"] <= 0.1 and p.random_pooled["metric"]["mean"] >= 0.3  # measured: 0.00 vs 0.49
     assert p.target_vs_random["diff_hi"] < 0 and res.reach["separated_k"] == 2
+    # the main test is a row of the table (CSV, report page), with the floor of its design and its Holm p
+    df = res.to_frame()
+    main = df[df.condition == "target vs random (pooled)"]
+    assert len(main) == 1 and main.p_value.item() == p.target_vs_random["p_value"]
+    assert main.p_floor.item() == p.target_vs_random["p_floor"] and main.p_holm.item() == p.target_vs_random["p_holm"]
+    assert main["diff"].item() == p.target_vs_random["diff"]
 
 
 def test_bad_curves_are_refused(bundled):

@@ -241,6 +241,14 @@ def test_single_head_sweep_finds_the_circuit():
     others[0, 0] = others[1, 1] = others[2, 2] = False
     assert np.abs(late[others]).max() < 1e-4
     assert np.abs(np.array(d["single_head_effects"]["early_loss"])).max() < 0.05  # first copy: nothing to copy
+    # each head's change is tested (sign-flip over sequences) and adjusted over every head (Benjamini-Hochberg)
+    from interp.stats import benjamini_hochberg
+
+    sw = d["single_head_effects"]
+    p, bh = np.array(sw["late_loss_p"]), np.array(sw["late_loss_p_bh"])
+    assert p[0, 0] == pytest.approx(np.array(sw["late_loss_p_floor"])[0, 0]) and p[0, 0] < 0.05
+    np.testing.assert_allclose(bh.ravel(), benjamini_hochberg(p.ravel()), atol=1e-7)
+    assert bh[1, 1] < 0.05 and "Benjamini-Hochberg" in sw["p_method"]
     from interp.figures.heads import induction_figures
 
     figs = induction_figures(d)
@@ -272,3 +280,36 @@ def test_ov_scores_read_through_the_post_attention_norm(family):
     np.testing.assert_allclose(a, -b, atol=1e-4)
     assert after["copy_top_k"][last] == before["suppress_top_k"][last]
     assert after["suppress_top_k"][last] == before["copy_top_k"][last]
+
+
+def test_random_sets_keep_out_heads_that_nearly_pass_by_default():
+    """L2H2 attends like an induction head (score 0.9) but its OV circuit suppresses: it is not ablated, and a
+    random control set must not contain it unless asked (control_exclude="none"), and then it is named."""
+    from interp.sites import HeadId
+
+    model = planted_model("qwen2")
+    d = detect_induction_heads(model, _config(heads=(HeadId(2, 0),), draws=3)).to_dict()
+    cz = d["causal"]
+    assert cz["near_target_heads"] == {"L1H1": pytest.approx(1.0, abs=0.01), "L2H2": pytest.approx(0.9, abs=0.05)}
+    assert cz["excluded_from_controls"] == ["L1H1", "L2H2"] and cz["control_exclude"] == "near"
+    sets = [c["heads"] for c in cz["conditions"] if c["name"].startswith("random-")]
+    assert sets == [["L2H1"], ["L2H3"]] and cz["controls_overlap"] == {} and cz["controls_overlap_note"] is None
+    d = detect_induction_heads(model, _config(heads=(HeadId(2, 0),), draws=3, control_exclude="none")).to_dict()
+    cz = d["causal"]
+    sets = [c["heads"] for c in cz["conditions"] if c["name"].startswith("random-")]
+    assert ["L2H2"] in sets and cz["excluded_from_controls"] == []
+    name = next(c["name"] for c in cz["conditions"] if c["heads"] == ["L2H2"])
+    assert cz["controls_overlap"] == {name: ["L2H2"]} and "L2H2 (0.9" in cz["controls_overlap_note"]
+    with pytest.raises(InvalidInputError, match="control_exclude"):
+        _config(control_exclude="all")
+
+
+def test_random_head_controls_take_head_strings():
+    from interp.experiments import random_head_controls
+
+    spec = planted_model("qwen2").spec
+    c = random_head_controls(["L2H0", "L2H1"], spec, lambda hs: (), draws=2, exclude=["L2H2"])
+    sets = [[str(h) for h in x.heads] for x in c.conditions]
+    assert len(sets) == 2 and all(len(x) == 2 and not {"L2H0", "L2H1", "L2H2"} & set(x) for x in sets)
+    assert all("L2H3" in x for x in sets)  # layer 2's one free head, the other from the nearest layer
+    assert c.excluded == ["L2H2"]

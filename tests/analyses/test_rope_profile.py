@@ -71,3 +71,15 @@ def test_every_statistic_is_compared_and_the_chosen_one_is_the_comparison():
     low = res.pair_order[: max(1, len(res.pair_freqs) // 4)]
     assert np.allclose(np.array(res.head_statistic), usage[:, :, low].sum(-1), atol=1e-5)
     assert np.allclose(usage.sum(-1), 1.0, atol=1e-5)
+    # two heads in two 4-head layers: 4 x 4 labellings, enumerated; p cannot go below 2/16, and says so
+    perms = [res.comparisons[s]["layer_clustered_permutation"] for s in STATISTICS]
+    for pm in perms:
+        assert pm["exact"] and pm["n_labellings"] == 16 and pm["p_floor"] == pytest.approx(2 / 16)
+        assert pm["note"].startswith("no power at 0.05")
+    # Holm over the four statistics, by hand
+    ps = [pm["p_value"] for pm in perms]
+    order = sorted(range(4), key=lambda i: ps[i])
+    run = 0.0
+    for rank, i in enumerate(order):
+        run = max(run, min(1.0, (4 - rank) * ps[i]))
+        assert perms[i]["p_holm"] == pytest.approx(run) and perms[i]["p_holm_family"] == 4

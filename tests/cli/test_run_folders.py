@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers import run_cli
 
-DETECT = ["detect", "retrieval", "-m", "tiny-qwen2", "--lengths", "256", "--depths", "0.5", "--n-seeds", "2"]
+DETECT = ["detect", "retrieval", "-m", "tiny-qwen2", "--lengths", "256", "--depths", "0.5", "--n-seeds", "5"]
 
 
 def _run_cost():
@@ -80,9 +80,11 @@ def test_warnings_are_printed_once_and_recorded_in_run_json(tmp_path, capsys):
     code, _, err = run_cli(["detect", "retrieval", "-m", "tiny-qwen2", "--lengths", "2060", "--depths", "0.5",
                             "--n-seeds", "1", "--out", str(o)], capsys)
     assert code == 0, err
-    assert err.count("warning:") == 1 and "max_position_embeddings 2048" in err, err
-    (w,) = json.loads((o / "run.json").read_text())["warnings"]
+    # past the trained length, and heads declared from one prompt's scores: each warned once, both recorded
+    assert err.count("warning:") == 2 and "max_position_embeddings 2048" in err, err
+    w, few = json.loads((o / "run.json").read_text())["warnings"]
     assert "past" in w and "2048" in w
+    assert "declared from scores averaged over 1 recalled prompt(s) of 1" in few
 
 
 def test_positions_past_learned_embeddings_are_refused_and_past_rope_training_warned():

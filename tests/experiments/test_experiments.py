@@ -31,6 +31,22 @@ from tests.planted import BOS, CONTENT, HD, planted_hf, planted_model
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _no_holm(d: dict) -> dict:
+    """A test dict without the Holm adjustment compare() adds over its table (checked on its own)."""
+    return {k: v for k, v in d.items() if k not in ("p_holm", "p_holm_family")}
+
+
+def _holm_by_hand(ps):
+    """Holm's step-down adjustment written out: the i-th smallest p times (m - i), running max, capped at 1."""
+    m = len(ps)
+    order = sorted(range(m), key=lambda i: ps[i])
+    out, run = [0.0] * m, 0.0
+    for rank, i in enumerate(order):
+        run = max(run, min(1.0, (m - rank) * ps[i]))
+        out[i] = run
+    return out
+
+
 def _require(name):
     if name not in bundled_models():
         pytest.fail(f"bundled organism {name} is missing from data/organisms (build it: interp organisms build {name})")
@@ -61,7 +77,8 @@ def test_run_ablation_equals_hand_loop_on_tiny_llama(bundled):
         assert row.per_sample["recall"] == [int(x) for x in rec[name]]
         assert row.estimates["recall"] == stats.mean_ci(rec[name], **kw).to_dict()
         if name != "baseline":
-            assert row.vs_baseline["recall"] == stats.paired_diff(rec[name], rec["baseline"], n_perm=300, **kw).to_dict()
+            assert _no_holm(row.vs_baseline["recall"]) == stats.paired_diff(rec[name], rec["baseline"], n_perm=300,
+                                                                            **kw).to_dict()
     sets = np.stack([rec[f"random-{i}"] for i in (1, 2, 3)])
     pooled = sets.mean(axis=0)
     est = res.random_pooled.estimates["recall"]  # the pooled control's CI resamples the sets and the prompts
@@ -70,11 +87,21 @@ def test_run_ablation_equals_hand_loop_on_tiny_llama(bundled):
     want = stats.paired_diff(rec["target"], pooled, n_perm=300, **kw).to_dict()
     want["diff_lo"], want["diff_hi"], want["ci_method"] = stats.sets_mean_ci(rec["target"][None] - sets, **kw)[1:]
     want["p_method"] += " over samples of the pooled per-sample mean (sets held fixed)"
-    assert {k: v for k, v in res.target_vs_random.items() if k not in ("x", "y", "metric")} == want
+    assert _no_holm({k: v for k, v in res.target_vs_random.items() if k not in ("x", "y", "metric")}) == want
     assert res.condition("target").estimates["recall"]["mean"] < res.condition("baseline").estimates["recall"]["mean"]
+    # Holm over every test of the table: 4 conditions and the pool vs baseline, the target vs the pool
+    family = [res.condition(n).vs_baseline["recall"] for n in
+              ("target", "random-1", "random-2", "random-3", "random (mean of 3 sets)")] + [res.target_vs_random]
+    for t, adj in zip(family, _holm_by_hand([t["p_value"] for t in family])):
+        assert t["p_holm"] == pytest.approx(adj) and t["p_holm_family"] == 6
     df = res.to_frame()
     assert set(df.condition) >= {"baseline", "target", "random-1", "random (mean of 3 sets)"}
     assert df.loc[(df.condition == "target") & (df.metric == "recall"), "mean"].item() == pytest.approx(rec["target"].mean())
+    # the main test is a row of the table (and so of the CSV and the report page), with its Holm p and floor
+    main = df[df.condition == "target vs random (mean of 3 sets)"]
+    assert len(main) == 1 and main.role.item() == "test"
+    assert main.p_value.item() == res.target_vs_random["p_value"] and main["diff"].item() == res.target_vs_random["diff"]
+    assert main.p_holm.item() == res.target_vs_random["p_holm"] and main.p_floor.item() == res.target_vs_random["p_floor"]
 
 
 def test_rope_zero_equals_hand_loop_on_tiny_llama(bundled):
@@ -93,7 +120,9 @@ def test_rope_zero_equals_hand_loop_on_tiny_llama(bundled):
 
     rope = model.spec.rope
     band = resolve_dims(rope, "lowest", 8, "dims").dims
-    rnd_dims = [resolve_dims(rope, "random", 8, "dims", seed=i).dims for i in range(2)]
+    # random dims come from outside the target band (its 4 lowest pairs)
+    rnd_dims = [resolve_dims(rope, "random", 8, "dims", seed=i, exclude=resolve_dims(rope, "lowest", 8).pairs).dims
+                for i in range(2)]
     matched = stats.matched_random_heads([(2, 0), (2, 1)], 4, 4, n_draws=1, seed=0).draws[0]
 
     def recall(hs, dims):
@@ -106,7 +135,7 @@ def test_rope_zero_equals_hand_loop_on_tiny_llama(bundled):
     kw = dict(n_boot=200, seed=0)
     dose = res.doses[1]
     assert res.baseline["metric"] == stats.mean_ci(base, **kw).to_dict()
-    assert dose.target["vs_baseline"] == stats.paired_diff(target, base, n_perm=200, **kw).to_dict()
+    assert _no_holm(dose.target["vs_baseline"]) == stats.paired_diff(target, base, n_perm=200, **kw).to_dict()
     assert [r["metric"] for r in dose.random_dims] == [stats.mean_ci(x, **kw).to_dict() for x in rnd]
     # pools: their CIs resample the member sets (of dims, of heads) and the prompts
     pooled = dose.random_pooled["metric"]
@@ -116,12 +145,14 @@ def test_rope_zero_equals_hand_loop_on_tiny_llama(bundled):
     mvb = stats.paired_diff(mh, base, n_perm=200, **kw).to_dict()
     mvb["diff_lo"], mvb["diff_hi"], mvb["ci_method"] = stats.sets_mean_ci(mh[None], minus=base, **kw)[1:]
     mvb["p_method"] += fixed
-    assert dose.matched_pooled["vs_baseline"] == mvb
+    assert _no_holm(dose.matched_pooled["vs_baseline"]) == mvb
     tv = stats.paired_diff(target, np.mean(rnd, 0), n_perm=200, **kw).to_dict()
     tv["diff_lo"], tv["diff_hi"], tv["ci_method"] = stats.sets_mean_ci(target[None] - np.stack(rnd), **kw)[1:]
     tv["p_method"] += fixed
     assert {k: dose.target_vs_random_dims[k] for k in tv} == tv
     assert dose.target_vs_matched_heads["y"] == "matched-heads-8"
+    assert dose.random_dims_from == "outside the target band" and dose.random_dims_overlap == [0, 0]
+    assert not set(band) & {d for r in dose.random_dims for d in r["dims"]["dims"]} and res.controls_note is None
 
     # task control: next-token loss on corpus passages, computed here from plain logits
     texts = corpus_passages(model.tokenizer, 3, 64, f"rope-task/{niah.first_seed}")
@@ -137,7 +168,11 @@ def test_rope_zero_equals_hand_loop_on_tiny_llama(bundled):
     assert res.baseline["task_loss"] == pytest.approx(l0.mean(), abs=1e-5)
     assert dose.task["loss"] == pytest.approx(l8.mean(), abs=1e-5)
     assert dose.task["vs_baseline"]["diff"] == pytest.approx((l8 - l0).mean(), abs=1e-5)
-    assert len(res.to_frame()) == 2 + 7  # dose 0: target, task; dose 8: target, 2 pools, 2 + 1 draws, task
+    df = res.to_frame()  # dose 0: target, task; dose 8: target, 2 pools, 2 + 1 draws, 2 tests vs the pools, task
+    assert len(df) == 2 + 9
+    main = df[(df.dose == 8) & (df.condition == "target vs random dims (pooled)")]
+    assert main.p_value.item() == dose.target_vs_random_dims["p_value"]
+    assert main["diff"].item() == dose.target_vs_random_dims["diff"]
 
 
 def test_induction_causal_check_equals_hand_loop():
@@ -169,8 +204,8 @@ def test_induction_causal_check_equals_hand_loop():
         np.testing.assert_allclose(c["per_sample"]["icl"], l_ - e, atol=1e-5)
     late_t, late_b = np.array(cz["conditions"][1]["per_sample"]["late_loss"]), np.array(
         cz["conditions"][0]["per_sample"]["late_loss"])
-    assert cz["conditions"][1]["vs_baseline"]["late_loss"] == stats.paired_diff(late_t, late_b, n_perm=300,
-                                                                                **kw).to_dict()
+    assert _no_holm(cz["conditions"][1]["vs_baseline"]["late_loss"]) == stats.paired_diff(late_t, late_b, n_perm=300,
+                                                                                         **kw).to_dict()
     pooled = np.mean([want["random-1"][1], want["random-2"][1]], axis=0)
     assert cz["target_vs_random_late_loss"]["diff"] == pytest.approx((want["target"][1] - pooled).mean(), abs=1e-5)
     assert cz["target_vs_random_late_loss"]["diff_lo"] > 1.0  # the planted induction head matters, random ones not
@@ -273,7 +308,9 @@ def test_ablate_prompts_logit_diff_equals_hand_computation(planted_dir, tmp_path
     assert conds["target"]["vs_baseline"]["logit_diff"]["diff"] < -2.0  # ... and masking L1H1 removes it
     assert d["target_vs_random"]["diff"] < -2.0
     csv = (o / "ablation.csv").read_text().splitlines()
-    assert csv[0].startswith("model,condition,role") and len(csv) == 1 + 5  # baseline, target, 2 draws, pool
+    # baseline, target, 2 draws, pool, and the main test: target vs the pool
+    assert csv[0].startswith("model,condition,role") and len(csv) == 1 + 6
+    assert csv[-1].split(",")[1:3] == [f"target vs {d['target_vs_random']['y']}", "test"]
     assert (o / "metric_by_condition.html").stat().st_size > 1000
     assert [json.loads(x)["answer"] for x in (o / "prompts.jsonl").read_text().splitlines()] == \
         [ln["answer"] for ln in lines]

@@ -89,6 +89,43 @@ def test_random_band_is_seeded_and_bad_counts_refused():
         resolve_dims(r, "middle", 2)
 
 
+def test_random_band_outside_excluded_pairs():
+    r = _spec([1e4 ** (-2 * j / 16) for j in range(8)], 16, 16)
+    low = resolve_dims(r, "lowest", 8)  # pairs 7..4
+    for seed in range(20):
+        assert not set(resolve_dims(r, "random", 8, seed=seed, exclude=low.pairs).pairs) & set(low.pairs)
+    assert resolve_dims(r, "random", 6, seed=3, exclude=()) == resolve_dims(r, "random", 6, seed=3)  # seeds kept
+    with pytest.raises(InvalidInputError, match="only 3 of 8 pairs remain"):
+        resolve_dims(r, "random", 8, exclude=(0, 1, 2, 3, 4))
+
+
+def test_rope_zero_random_dims_keep_out_of_the_band_or_say_they_do_not():
+    """A random-dims control drawn over the target band zeroes part of the target: drawn outside it by default,
+    and where the band leaves too few pairs outside (or with random_dims="any") the overlap is written down."""
+    from interp.analyses.rope_zero import RopeZeroConfig, _random_dims
+    from interp.sites import HeadId
+
+    r = _spec([1e4 ** (-2 * j / 16) for j in range(8)], 16, 16)
+    cfg = RopeZeroConfig(heads=(HeadId(0, 0),), random_draws=3)
+    band = resolve_dims(r, "lowest", 8)  # 4 of the 8 pairs: exactly one set of 4 lies outside
+    draws, where, note = _random_dims(r, cfg, 8, band)
+    assert where == "outside the target band" and [d.pairs for d in draws] == [(3, 2, 1, 0)]
+    assert note == "only 1 distinct random-dim set(s) of 4 pairs lie outside the target band (3 asked)"
+    band = resolve_dims(r, "lowest", 12)  # 6 pairs: 2 outside, fewer than 6: from every pair, and said so
+    draws, where, note = _random_dims(r, cfg, 12, band)
+    assert where.startswith("every pair (only 2 of 8 pairs lie outside the 6-pair band)") and len(draws) == 3
+    shared = [len(set(d.pairs) & set(band.pairs)) for d in draws]  # 6 of 8 pairs: at least 4 in the band
+    assert min(shared) >= 4 and f"share {', '.join(map(str, shared))} of their 6 pairs with the target band" in note
+    any_ = RopeZeroConfig(heads=(HeadId(0, 0),), random_draws=3, random_dims="any")
+    draws, where, note = _random_dims(r, any_, 4, resolve_dims(r, "lowest", 4))
+    shared = [len(set(d.pairs) & {7, 6}) for d in draws]
+    assert where == "every pair, the target band included"
+    assert (note is None) == (not any(shared))
+    assert note is None or note.startswith("random dims from every pair, the target band included: the draws share")
+    with pytest.raises(InvalidInputError, match="random dims from"):
+        RopeZeroConfig(heads=(HeadId(0, 0),), random_dims="inside")
+
+
 def _planted_model():
     """Tiny Llama whose layer-0 head 0 matches token content using ONLY its 4 lowest-frequency pairs."""
     torch.manual_seed(0)

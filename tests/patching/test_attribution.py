@@ -4,6 +4,8 @@ patching on the cells it names."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -122,6 +124,43 @@ def test_verification_reports_agreement_on_exact_cells():
         assert c["exact"] == pytest.approx(exact[layer, kvh], abs=1e-6)
     assert v["top_k_recall"] is not None and 0 <= v["top_k_recall"] <= 1
     assert res.method == "atp-qk" and res.to_dict()["verification"]["head_out"]["n_checked"] == 7
+    # the scale of the agreement, which a correlation cannot show: slope through 0, estimate / exact, misses
+    a = np.array([c["estimate"] for c in v["cells"]])
+    e = np.array([c["exact"] for c in v["cells"]])
+    assert v["slope"] == pytest.approx(float((a * e).sum() / (e * e).sum()))
+    worst = max(v["cells"], key=lambda c: abs(c["estimate"] - c["exact"]))
+    assert v["largest_misses"][0] == worst and len(v["largest_misses"]) == 3
+    assert res.to_frame()["method"].unique().tolist() == ["atp-qk"]  # the CSV says these are estimates
+
+
+def test_scale_agreement_by_hand():
+    from interp.patching.attribution import scale_agreement
+
+    e = np.array([1.0, 0.5, 0.02, -0.4])
+    a = np.array([0.6, 0.3, 0.05, -0.2])  # about 55-60% of the truth: a perfect correlation cannot say so
+    r = scale_agreement(a, e, ["A", "B", "C", "D"], top=a[:2], top_exact=e[:2])
+    assert r["slope"] == pytest.approx((0.6 + 0.15 + 0.001 + 0.08) / (1 + 0.25 + 0.0004 + 0.16))
+    assert r["ratio_top"] == {"min": pytest.approx(0.6), "median": pytest.approx(0.6), "max": pytest.approx(0.6),
+                              "n": 2}
+    assert [m["cell"] for m in r["largest_misses"]] == ["A", "B", "D"]
+    assert r["largest_misses"][0] == {"cell": "A", "estimate": 0.6, "exact": 1.0}
+
+
+def test_cli_atp_says_its_values_are_estimates_and_how_their_scale_agrees(tmp_path, capsys):
+    from tests.helpers import run_cli
+
+    out = tmp_path / "atp"
+    code, _, err = run_cli(["patch", "-m", "tiny-llama", "--task", "repeated", "--n-seeds", "3", "--copy-length", "6",
+                            "--site", "head_out", "--method", "atp", "--verify-top", "3", "--verify-sample", "2",
+                            "--n-boot", "20", "--out", str(out)], capsys)
+    assert code == 0, err
+    v = json.loads((out / "patching.json").read_text())["verification"]["head_out"]
+    assert "head_out top cells by |atp estimate (not measured) of the normalised effect|" in err
+    assert f"slope {v['slope']:.2f} (estimate ~ {v['slope']:.2f} x exact)" in err
+    assert "largest misses (estimate vs exact): " + f"{v['largest_misses'][0]['cell']}: " in err
+    page = (out / "index.html").read_text()
+    assert "every value of these grids is a first-order estimate of the patching effect" in page
+    assert f"slope {v['slope']:.2f}" in page
 
 
 # ---- path patching ---------------------------------------------------------------------------------

@@ -145,12 +145,28 @@ def test_ioi_scores_equal_an_independent_recomputation(qwen, corrupt):
         ioi_scores(qwen, [type(pairs[0])(pairs[0].clean, pairs[0].corrupt, 1, 2)])
 
 
+def test_patch_on_ioi_both_says_its_logit_difference_is_not_the_ioi_lines(tmp_path, capsys):
+    """With corruption "both" the pairs' wrong token is the corrupt prompt's IO, so the patching metric is
+    logit(IO) - logit(IO'), not the IOI line's logit(IO) - logit(S): the output says so beside each."""
+    out = tmp_path / "both"
+    code, _, err = run_cli(["patch", "-m", "tiny-qwen2", "--task", "ioi", "--n-pairs", "4", "--site", "resid_pre",
+                            "--positions=-1", "--n-boot", "20", "--out", str(out)], capsys)
+    assert code == 0, err
+    assert "IOI (4 pairs, corruption both): logit(IO) - logit(S) (the clean prompt's names)" in err
+    assert ("unpatched logit_diff = logit(IO) - logit(IO'), IO' the corrupt prompt's IO (the pairs' answer and wrong "
+            "token; not the IOI line's logit(IO) - logit(S))") in err
+    pairs = [json.loads(x) for x in (out / "pairs.jsonl").read_text().splitlines()]
+    assert all(p["wrong"] != p["info"]["s_token"] for p in pairs)
+
+
 def test_patch_task_ioi_corrupt_abc_writes_its_scores_and_pairs(tmp_path, capsys):
     out = tmp_path / "abc"
     code, _, err = run_cli(["patch", "-m", "tiny-qwen2", "--task", "ioi", "--corrupt", "abc", "--n-pairs", "6",
                                  "--site", "resid_pre", "--positions=-1", "--n-boot", "100", "--out", str(out)], capsys)
     assert code == 0, err
-    assert "IOI (6 pairs, corruption abc): logit(IO) - logit(S) clean" in err  # the report (stdout: --json, --csv)
+    assert "IOI (6 pairs, corruption abc): logit(IO) - logit(S) (the clean prompt's names) clean" in err  # the report
+    # the patching metric says what it is, here the IOI line's own difference
+    assert "unpatched logit_diff = logit(IO) - logit(S), as on the IOI line" in err
     scores = json.loads((out / "ioi.json").read_text())
     res = json.loads((out / "patching.json").read_text())
     pairs = [json.loads(x) for x in (out / "pairs.jsonl").read_text().splitlines()]
@@ -223,8 +239,12 @@ def test_grid_agreement_of_atp_and_exact_over_every_head(qwen):
         assert t["recall"] == pytest.approx(len(te & ta) / k)
         assert len(t["exact_top"]) == k and len(t["missed"]) == k - len(te & ta)
         assert abs(t["exact_top"][0]["exact"]) == pytest.approx(np.abs(e).max())
+    assert got["slope"] == pytest.approx(float((a * e).sum() / (e * e).sum()))  # estimate ~ slope x exact
+    assert abs(got["largest_misses"][0]["estimate"] - got["largest_misses"][0]["exact"]) == \
+        pytest.approx(np.abs(a - e).max())
     same = grid_agreement(exact, exact.to_dict(), "head_out", ks=(10,))
     assert same["pearson"] == pytest.approx(1.0) and same["top_k"]["10"]["recall"] == 1.0
+    assert same["slope"] == pytest.approx(1.0) and same["ratio_top"]["median"] == pytest.approx(1.0)
     with pytest.raises(InvalidInputError, match="no 'resid_pre' grid"):
         grid_agreement(est, exact, "resid_pre")
     other = run_patching(qwen, pairs[:5], cfg)

@@ -192,6 +192,30 @@ def test_result_json_frame_and_figures():
     assert (hm.zmin, hm.zmax, hm.zmid) == (-1, 1, 0) and hm.colorscale[0][1] != hm.colorscale[-1][1]
 
 
+def test_every_cell_has_a_sign_flip_p_and_a_bh_adjusted_one():
+    """Many cells, many tests: each cell's p is the paired sign-flip test of its effect (patched - base) over the
+    pairs, with its floor, beside the Benjamini-Hochberg p over the site's cells."""
+    from interp.stats import benjamini_hochberg, paired_diff
+
+    model = interp.load_model("tiny-random-gpt2")
+    pairs = _pairs((5, 5, 5))
+    for normalize in (True, False):
+        res = run_patching(model, pairs, PatchingConfig(sites=("head_out",), normalize=normalize, n_boot=20))
+        g = res.sites["head_out"]
+        per = np.array(g.per_pair, dtype=float)
+        eff = per if normalize else per - np.array(res.base_value)[:, None, None]
+        p, floor, bh = (np.array(x, dtype=float) for x in (g.p_value, g.p_floor, g.p_bh))
+        for l, h in np.ndindex(p.shape):
+            col = eff[:, l, h][~np.isnan(eff[:, l, h])]
+            assert p[l, h] == pytest.approx(paired_diff(col, np.zeros(col.size), n_boot=10).p_value, abs=1e-9)
+        assert floor.max() == pytest.approx(2 / 8)  # three pairs: 2^3 sign patterns, p >= 0.25 at best
+        np.testing.assert_allclose(bh.ravel(), benjamini_hochberg(p.ravel()), atol=1e-8)
+        df = res.to_frame()
+        assert {"p_value", "p_floor", "p_bh"} <= set(df.columns)
+        row = df[(df["layer"] == 1) & (df["head"] == 0)]
+        assert row.p_value.item() == pytest.approx(p[1, 0]) and row.p_bh.item() == pytest.approx(bh[1, 0])
+
+
 # ---- TransformerLens's patching functions -----------------------------------------------------
 TL_CASES = [("gpt2", False), ("gpt_neox", False), ("llama", False), ("llama", True), ("qwen2", True),
             ("mistral", True), ("gemma2", False), ("olmo2", True)]
@@ -371,3 +395,49 @@ def test_chunks_group_by_start_layer_and_merge_only_where_a_pass_costs_more():
     assert all((layer[sel] == l0).all() for sel, _, l0 in exact)
     assert work(exact) == pytest.approx(bound)
     assert len(merged) < len(exact) / 2 and work(merged) > bound
+
+
+def test_prob_and_kl_metrics_by_hand():
+    """--metric prob is p(answer); --metric kl is KL(donor || run) in nats, 0 for the donor run: the unpatched
+    values equal plain-transformers forwards, and every patched cell equals the same metric written as a callable."""
+    from interp.models.tiny import tiny_random_hf
+    from tests.helpers import hf_out
+
+    hf = tiny_random_hf("llama", True, seed=0)
+    model = interp.Model(tiny_random_hf("llama", True, seed=0))
+    pairs = _pairs((6, 6, 6))
+
+    def last(seqs):
+        return hf_out(hf, torch.tensor(seqs)).logits[:, -1].float()
+
+    clean, corrupt = last([p.clean for p in pairs]), last([p.corrupt for p in pairs])
+    ans = torch.tensor([p.answer for p in pairs])
+    ref = torch.log_softmax(clean, -1)
+    kl_base = (ref.exp() * (ref - torch.log_softmax(corrupt, -1))).sum(-1)
+    index = {id(p): i for i, p in enumerate(pairs)}
+
+    def prob(logits, ps):
+        return torch.softmax(logits.float(), -1)[torch.arange(len(ps)), [p.answer for p in ps]]
+
+    def kl(logits, ps):
+        r = ref[[index[id(p)] for p in ps]]
+        return (r.exp() * (r - torch.log_softmax(logits.float(), -1))).sum(-1)
+
+    for name, fn in (("prob", prob), ("kl", kl)):
+        cfg = dict(sites=("resid_pre", "head_out"), normalize=False, n_boot=10)
+        got = run_patching(model, pairs, PatchingConfig(metric=name, **cfg))
+        want = run_patching(model, pairs, PatchingConfig(metric=fn, **cfg))
+        for site in cfg["sites"]:
+            np.testing.assert_allclose(np.array(got.sites[site].per_pair, dtype=float),
+                                       np.array(want.sites[site].per_pair, dtype=float), atol=1e-6)
+        assert got.metric == name
+        if name == "prob":
+            np.testing.assert_allclose(got.base_value, torch.softmax(corrupt, -1)[torch.arange(3), ans], atol=1e-6)
+            np.testing.assert_allclose(got.donor_value, torch.softmax(clean, -1)[torch.arange(3), ans], atol=1e-6)
+        else:
+            np.testing.assert_allclose(got.base_value, kl_base, atol=1e-5)
+            np.testing.assert_allclose(got.donor_value, 0.0, atol=1e-6)
+    with pytest.raises(interp.InvalidInputError, match="kl"):
+        from interp.patching import run_attribution
+
+        run_attribution(model, pairs, PatchingConfig(metric="kl"), method="atp")

@@ -169,14 +169,14 @@ def test_paired_diff_noisy_shift():
     assert r.cohens_d < -2
 
 
-def test_paired_diff_identical_gives_p1_d0():
+def test_paired_diff_identical_gives_p1_and_an_undefined_d():
     x = np.random.default_rng(3).normal(size=25)
     r = paired_diff(x, x.copy(), n_boot=500, n_perm=500)
     assert r.p_value == 1.0
-    assert r.cohens_d == 0.0
+    assert math.isnan(r.cohens_d)  # 0/0: undefined, not a measured 0
     assert r.diff == 0.0 and r.diff_lo == 0.0 and r.diff_hi == 0.0
     r_small = paired_diff([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])
-    assert r_small.p_value == 1.0 and r_small.cohens_d == 0.0
+    assert r_small.p_value == 1.0 and math.isnan(r_small.cohens_d)
 
 
 def test_paired_diff_hand_computed_exact_p():
@@ -272,7 +272,34 @@ def test_paired_diff_deterministic_and_jsonable():
     assert a == b
     d = a.to_dict()
     assert json.loads(json.dumps(d)) == d
-    assert all(type(v) in (int, float, str) for v in d.values())
+    assert all(type(v) in (int, float, str, bool) or v is None for v in d.values())
+
+
+def test_paired_diff_flips_only_nonzero_differences_exactly_and_names_its_floor():
+    # 20 recall pairs, 10 of them differ (all the same way): 2^10 distinct sign patterns, fewer than the
+    # 10000 permutations asked, so the test is exact and p is 2 / 1024, never the Monte Carlo 1 / 10001.
+    x = np.array([0.0] * 10 + [1.0] * 10)
+    y = np.ones(20)
+    r = paired_diff(x, y, n_boot=200, n_perm=10000, seed=0)
+    assert r.p_method.startswith("exact") and r.n_perm == 2**10 and r.n_informative == 10
+    assert r.p_value == pytest.approx(2 / 2**10) and r.p_floor == pytest.approx(2 / 2**10)
+    assert r.at_floor and "floor of its design" in r.p_note and "10 of 20 pairs differ" in r.p_note
+    # the p-value equals the one over every pattern of all the pairs (zeros flip to themselves)
+    d = np.array([0.0, 1.0, 0.0, -1.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0])
+    assert paired_diff(d, np.zeros(12), n_boot=100).p_value == pytest.approx(_exact_sign_flip_p(d), abs=1e-12)
+    # a p off its floor has no note; Monte Carlo names its own floor
+    z = paired_diff([1.0, 2.0, -0.5, 3.0, 0.2, -1.0, 2.5], np.zeros(7), n_boot=100)
+    assert not z.at_floor and z.p_note is None and z.p_floor == pytest.approx(2 / 2**7)
+    mc = paired_diff(np.arange(30.0), np.arange(30.0) + 1, n_boot=100, n_perm=999)
+    assert mc.p_floor == pytest.approx(1 / 1000) and mc.at_floor and "Monte Carlo floor" in mc.p_note
+
+
+def test_paired_diff_says_when_it_has_no_power():
+    r = paired_diff([0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0], n_boot=100)  # 2^4 patterns: floor 0.125
+    assert r.p_value == pytest.approx(0.125) and r.p_floor == pytest.approx(0.125)
+    assert r.p_note.startswith("no power at 0.05")
+    same = paired_diff([1.0, 2.0], [1.0, 2.0], n_boot=100)
+    assert same.p_value == 1.0 and same.n_informative == 0 and same.p_note.startswith("no power")
 
 
 def test_paired_diff_rejects_unpaired_or_tiny():
@@ -452,6 +479,63 @@ def test_layer_permutation_no_free_layers_gives_p1():
     assert res.n_free_layers == 0
     assert res.p_value == 1.0
     assert res.null_sd == pytest.approx(0.0, abs=1e-9)
+
+
+def _brute_layer_p(values, labels, layers):
+    """Equal-tailed two-sided p over every labelling that keeps each layer's count (brute force)."""
+    groups = [np.flatnonzero(layers == lay) for lay in np.unique(layers)]
+    choices = [list(itertools.combinations(g, int(labels[g].sum()))) for g in groups]
+    obs = cohens_d(values[labels], values[~labels])
+    null = []
+    for combo in itertools.product(*choices):
+        m = np.zeros(labels.size, bool)
+        m[[i for part in combo for i in part]] = True
+        null.append(cohens_d(values[m], values[~m]))
+    null = np.array(null)
+    tol = 1e-9 * (1 + abs(obs))
+    up, lo = np.mean(null >= obs - tol), np.mean(null <= obs + tol)
+    return min(1.0, 2 * min(up, lo)), len(null)
+
+
+def test_layer_permutation_enumerates_when_few_labellings_exist():
+    # the retrieval heads are the top 4 of one 8-head layer: 70 labellings, so p is exactly 2/70 (its
+    # floor), never the Monte Carlo value that can fall below it
+    layers = np.repeat([0, 1], 8)
+    values = np.arange(16.0)
+    labels = np.zeros(16, bool)
+    labels[4:8] = True
+    res = layer_clustered_permutation(values, labels, layers, n_perm=10000, seed=0)
+    assert res.exact and res.n_labellings == 70 and res.n_perm == 70
+    assert res.p_value == pytest.approx(2 / 70) and res.p_floor == pytest.approx(2 / 70) and res.at_floor
+    assert "floor of its design" in res.note and "one free layer, L0" in res.note
+    assert res.p_method.startswith("exact")
+    # the same p for any seed (nothing random is drawn)
+    assert layer_clustered_permutation(values, labels, layers, n_perm=10000, seed=7).p_value == res.p_value
+    # two free layers: 10 x 10 labellings, compared with brute force on noisy values
+    rng = np.random.default_rng(9)
+    layers = np.repeat([0, 1, 2], 5)
+    values = rng.normal(size=15) + 0.3 * layers
+    labels = np.zeros(15, bool)
+    labels[[0, 3, 6, 7]] = True
+    res = layer_clustered_permutation(values, labels, layers, n_perm=5000, seed=0)
+    want, n = _brute_layer_p(values, labels, layers)
+    assert n == 100 and res.n_labellings == 100 and res.exact
+    assert res.p_value == pytest.approx(want, abs=1e-12)
+    # more labellings than permutations asked: Monte Carlo, with its own floor
+    mc = layer_clustered_permutation(values, labels, layers, n_perm=50, seed=0)
+    assert not mc.exact and mc.n_perm == 50 and mc.p_floor == pytest.approx(2 / 51)
+    assert mc.p_method.startswith("monte-carlo")
+
+
+def test_layer_permutation_says_when_it_has_no_power():
+    layers = np.repeat([0, 1], 4)
+    labels = np.array([1, 1, 0, 0, 0, 0, 0, 0], bool)  # C(4, 2) = 6 labellings: p >= 1/3
+    res = layer_clustered_permutation(np.arange(8.0), labels, layers, n_perm=1000, seed=0)
+    assert res.p_floor == pytest.approx(2 / 6) and res.note.startswith("no power at 0.05")
+    whole = layer_clustered_permutation(np.arange(8.0), layers == 1, layers, n_perm=1000, seed=0)
+    assert whole.n_free_layers == 0 and whole.note.startswith("no power") and whole.p_value == 1.0
+    d = res.to_dict()
+    assert json.loads(json.dumps(d)) == d and d["p_floor"] == pytest.approx(1 / 3)
 
 
 def test_layer_permutation_rejects_bad_input():
