@@ -4,11 +4,14 @@
 # `python bench/precision_compare.py MODEL`. One torch thread, so two of these run side by side on two cores.
 #
 #     bash bench/precision_runs.sh smollm2-135m bfloat16      # or float32; gemma3-270m likewise
+#     SKIP="rope-zero" bash bench/precision_runs.sh gemma3-270m float32   # leave analyses out
 #
 # The grid: retrieval detection at the grid of docs/results-real.md (every length, 5 depths x 4 seeds) and
 # induction with its 10 random draws as published; masking, RoPE zeroing and patching on a declared reduced grid
 # (12 NIAH prompts at 1024 tokens, fewer random draws; 64 IOI pairs), because their float32 runs cost hours.
 # Each run's folder is skipped when it already holds a finished run (run.json), so an interrupted battery resumes.
+# The random controls are drawn as in docs/results-real.md (--control-exclude none, --random-dims any), so the
+# float32 runs reproduce the published ones.
 set -u
 M=${1:?model alias (smollm2-135m | gemma3-270m)}
 D=${2:?model dtype (float32 | bfloat16)}
@@ -23,21 +26,23 @@ case $M in
   *) echo "unknown model $M" >&2; exit 2 ;;
 esac
 
-run() {  # run NAME ARGS...: one analysis into $R/NAME, unless it is there already
+SKIP=" ${SKIP:-} "  # analyses to leave out, e.g. SKIP="rope-zero probe"
+run() {  # run NAME ARGS...: one analysis into $R/NAME, unless it is there already (or in $SKIP)
     local name=$1; shift
     if [ -f "$R/$name/run.json" ]; then echo "== $M $D $name: done already"; return 0; fi
+    if [[ "$SKIP" == *" $name "* ]]; then echo "== $M $D $name: skipped (SKIP)"; return 0; fi
     echo "== $M $D $name: interp $*"
     "$I" "$@" --model "$M" --model-dtype "$D" --overwrite --out "$R/$name" > "$R.$name.log" 2>&1
     echo "   exit $? ($(tail -n 1 "$R.$name.log" | cut -c1-150))"
 }
 mkdir -p "$R"
 run retrieval detect retrieval "${NIAH[@]}" --lengths "$LENGTHS"
-run induction detect induction --draws 10
+run induction detect induction --draws 10 --control-exclude none
 run ablate ablate --heads retrieval --from "$R/retrieval" "${SMALL[@]}" --draws 3 "${POOL[@]}"
 run rope-profile rope-profile --heads retrieval --from "$R/retrieval" --haystack sherlock-holmes --n-texts 16 \
     --n-tokens 512
 run rope-zero rope-zero --heads retrieval --from "$R/retrieval" "${SMALL[@]}" --unit pairs --dims "$DOSES" \
-    --random-draws 2 --head-draws 2
+    --random-draws 2 --head-draws 2 --random-dims any
 if [ "$M" = smollm2-135m ]; then
   run ioi-resid patch --task ioi --n-pairs 64 --corrupt abc --site resid_pre
   run ioi-atp patch --task ioi --n-pairs 64 --corrupt abc --site head_out,resid_pre --method atp-qk \
