@@ -167,7 +167,7 @@ def test_ablation_printer_warns_about_silent_control_heads(capsys):
                  conditions=[cond("baseline", None), cond("target", 2.0), cond("random-1", rnd_write),
                              cond("random-2", rnd_write + 0.1)],
                  random_pooled=None, distinct_draws=2, random_pool="layer", metric="recall",
-                 target_vs_random=None, controls_note=None)
+                 target_vs_random=None, controls_note=None, to_dict=lambda: {})
         _print_ablation(res, "out")
         err = " ".join(capsys.readouterr().err.split())
         assert ("weak control" in err) is warned, err

@@ -191,7 +191,7 @@ def test_exception_inside_intervene_restores_model(family, gqa):
             model.forward(x)
             raise RuntimeError("boom")
     assert model._state.active == []
-    assert all(not l._forward_hooks and not l._forward_pre_hooks for l in model.hf.modules())
+    assert all(not _own_hooks(l) and not l._forward_pre_hooks for l in model.hf.modules())
     assert torch.equal(model.forward(x), before)
 
 
@@ -276,3 +276,10 @@ def test_head_write_norms_match_o_proj_inputs(family, gqa, path):
             want = write.norm(dim=-1)[real].mean()
             assert abs(float(got[l, h]) - float(want)) <= 1e-4 * float(want) + 1e-6, (l, h)
     assert got.min() > 0
+
+
+def _own_hooks(module) -> list:
+    """A module's forward hooks other than the permanent float32 unembedding of a low-precision model's head."""
+    from interp.hooks.float_logits import _hook as float_logits
+
+    return [h for h in module._forward_hooks.values() if h is not float_logits]

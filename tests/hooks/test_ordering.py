@@ -180,7 +180,7 @@ def test_outer_capture_sees_inner_patch_at_module_site(family, gqa, kind):
         cap = Capture([site])
         _run(model, x, Patch({site: v}), cap, how)
         assert torch.equal(cap[site], v), how
-    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.hf.modules())
+    assert all(not _own_hooks(m) and not m._forward_pre_hooks for m in model.hf.modules())
 
 
 def test_editors_keep_their_order_at_a_module_site():
@@ -457,3 +457,10 @@ def test_site_kinds_defined_once():
     cap = _clean(model, ids(2, 5), [Site(0, k) for k in HEAD_KINDS + MODULE_KINDS])
     for k in HEAD_KINDS + MODULE_KINDS:
         assert tuple(cap[Site(0, k)].shape) == (2, 5) + SiteKind(k).token_shape(spec), k
+
+
+def _own_hooks(module) -> list:
+    """A module's forward hooks other than the permanent float32 unembedding of a low-precision model's head."""
+    from interp.hooks.float_logits import _hook as float_logits
+
+    return [h for h in module._forward_hooks.values() if h is not float_logits]
