@@ -44,7 +44,8 @@ def write_json(obj: dict, path: str | Path) -> None:
 MAX_DEPTH = 64  # interp's result files nest at most 7 levels (measured over every command's); far deeper is not one
 
 
-def _json_type(v) -> str:
+def json_type(v) -> str:
+    """JSON's name for the type of `v` (what a user sees in the file): null, boolean, object, list, string, number."""
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -118,6 +119,6 @@ def read_json(path: str | Path, what: str, fix: str, want: type | None = dict):
         raise InvalidInputError(f"{what} {path} is nested too deeply to be a file interp wrote (more than "
                                 f"{MAX_DEPTH} levels); {fix}")
     if want is not None and not isinstance(obj, want):
-        raise InvalidInputError(f"{what} {path} holds a JSON {_json_type(obj)}, not a JSON {_json_type(want())}; "
+        raise InvalidInputError(f"{what} {path} holds a JSON {json_type(obj)}, not a JSON {json_type(want())}; "
                                 f"{fix}")
     return obj

@@ -62,6 +62,7 @@ from pathlib import Path
 import numpy as np
 
 from interp.errors import InterpError
+from interp.runtime.jsonio import json_type
 
 FORMAT = "interp-activation-store"
 VERSION = 2
@@ -123,7 +124,7 @@ def read_manifest(path: Path) -> dict:
         why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
         raise StoreCorruptError(f"{f} is not valid JSON ({why}); rerun `interp cache ... --overwrite`") from None
     if not isinstance(m, dict):
-        raise StoreCorruptError(f"{f} is not a store manifest: it holds a JSON {_json_type(m)}, not an object. "
+        raise StoreCorruptError(f"{f} is not a store manifest: it holds a JSON {json_type(m)}, not an object. "
                                 f"{REWRITE}")
     if m.get("format") != FORMAT:
         raise StoreError(f"{f} is not an interp activation store manifest (format={m.get('format')!r})")
@@ -145,13 +146,6 @@ OPTIONAL = {"model": dict, "tokenizer": dict, "dataset": dict, "config": dict, "
 SHARD_INTS = ("index", "seq_start", "n_sequences", "tok_start", "n_tokens")
 
 
-def _json_type(v) -> str:
-    """JSON's name for the type of `v` (what a user sees in the file)."""
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    return {dict: "object", list: "list", str: "string", int: "number", float: "number"}.get(type(v), type(v).__name__)
 
 
 def _is(v, t) -> bool:
@@ -166,16 +160,16 @@ def check_fields(f: Path, m: dict) -> None:
         raise StoreCorruptError(f"{f} is not a valid store manifest: {what}. {REWRITE}")
 
     def want(t):
-        return "an integer" if t is int else ("true or false" if t is bool else f"a JSON {_json_type(t())}")
+        return "an integer" if t is int else ("true or false" if t is bool else f"a JSON {json_type(t())}")
 
     for k, t in REQUIRED.items():
         if k not in m:
             bad(f"it has no {k!r} field")
         if not _is(m[k], t):
-            bad(f"{k!r} is a JSON {_json_type(m[k])}, not {want(t)}")
+            bad(f"{k!r} is a JSON {json_type(m[k])}, not {want(t)}")
     for k, t in OPTIONAL.items():
         if k in m and not _is(m[k], t):
-            bad(f"{k!r} is a JSON {_json_type(m[k])}, not {want(t)}")
+            bad(f"{k!r} is a JSON {json_type(m[k])}, not {want(t)}")
     for k in ("n_tokens", "n_sequences_written"):
         if m[k] < 0:
             bad(f"{k!r} is negative ({m[k]})")
@@ -194,7 +188,7 @@ def check_fields(f: Path, m: dict) -> None:
         bad(f"'meta' names {unknown[0]!r}, not one of {', '.join(META_ARRAYS)}")
     for i, s in enumerate(m["shards"]):
         if not isinstance(s, dict):
-            bad(f"shard entry {i} is a JSON {_json_type(s)}, not an object")
+            bad(f"shard entry {i} is a JSON {json_type(s)}, not an object")
         for k in SHARD_INTS:
             if not _is(s.get(k), int) or s[k] < 0:
                 bad(f"shard entry {i} has {k} {s.get(k)!r}, not a non-negative integer")
