@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.interp-installed
 
-.PHONY: setup demo models test test-fast test-qwen-1.5b bench results results-real results-real-qwen results-ioi-path results-real-ioi results-theta clean
+.PHONY: setup demo models test test-fast test-qwen-1.5b bench results results-real results-real-qwen results-real-qwen-0.5b results-real-qwen-1.5b results-ioi-path results-real-ioi results-theta clean
 
 setup: $(STAMP)
 
@@ -175,25 +175,47 @@ results-real-ioi: setup models
 	$(PY) bench/ioi_summary.py --root $(IR)
 
 # The Qwen2.5-Coder models (docs/results-real.md#qwen25-coder-05b-and-15b), in bfloat16 (docs/precision.md), one torch
-# thread, on a reduced grid (3 depths x 4 seeds): retrieval heads of the 0.5B at 1K and 2K on the book, masking them
-# vs layer-matched random sets at 2K, the per-head statistics (finding iii); on the 1.5B (head_dim 128, as
-# Qwen2.5-7B) RoPE zeroing at the paper's doses, 8 / 16 / 32 of 128 dims, with one random-dims draw and one matched
-# head set; then the 0.5B's induction heads.
+# thread each, one model per target so the two run side by side; a reduced NIAH grid (3 depths x 4 seeds) on the
+# book. The 0.5B: induction and copy-suppression heads, retrieval heads at 1K/2K under both normalisations, NIAH
+# recall at 4K/8K, masking them vs layer-matched random sets at 2K (finding i), the per-head statistics (iii), IOI
+# (exact patching, AtP-QK vs exact, path patching into the logits). The 1.5B (head_dim 128, as Qwen2.5-7B):
+# retrieval heads at 1K, RoPE zeroing at the paper's doses, 8 / 16 / 32 of 128 dims (iv), masking (i), (iii),
+# induction heads.
+QNIAH := --haystack sherlock-holmes --depths 0,0.5,1 --n-seeds 4
+QBF := --model-dtype bfloat16
 Q5 = runs/results-real/qwen2.5-coder-0.5b
 Q15 = runs/results-real/qwen2.5-coder-1.5b
-QNIAH := --haystack sherlock-holmes --depths 0,0.5,1 --n-seeds 4
-results-real-qwen: setup
-	$(I) models fetch qwen2.5-coder-0.5b qwen2.5-coder-1.5b
-	$(RI) detect retrieval --model qwen2.5-coder-0.5b --model-dtype bfloat16 $(QNIAH) --lengths 1024,2048 \
-		--overwrite --out $(Q5)/retrieval
-	$(RI) ablate --model qwen2.5-coder-0.5b --model-dtype bfloat16 --heads retrieval --from $(Q5)/retrieval \
-		$(QNIAH) --lengths 2048 --draws 3 --overwrite --out $(Q5)/ablate
-	$(RI) rope-profile --model qwen2.5-coder-0.5b --model-dtype bfloat16 --heads retrieval --from $(Q5)/retrieval \
-		--haystack sherlock-holmes --n-texts 16 --n-tokens 512 --overwrite --out $(Q5)/rope-profile
-	$(RI) rope-zero --model qwen2.5-coder-1.5b --model-dtype bfloat16 --heads retrieval --haystack sherlock-holmes \
-		--lengths 1024 --depths 0.25,0.75 --n-seeds 3 --unit dims --dims 0,8,16,32 --random-draws 1 --head-draws 1 \
-		--overwrite --out $(Q15)/rope-zero
-	$(RI) detect induction --model qwen2.5-coder-0.5b --model-dtype bfloat16 --draws 10 --overwrite --out $(Q5)/induction
+QIOI = $(RI) patch --model qwen2.5-coder-0.5b $(QBF) --task ioi --n-pairs 64 --corrupt abc --overwrite
+results-real-qwen: results-real-qwen-0.5b results-real-qwen-1.5b
+
+results-real-qwen-0.5b: setup
+	$(I) models fetch qwen2.5-coder-0.5b
+	$(RI) detect retrieval --model qwen2.5-coder-0.5b $(QBF) $(QNIAH) --lengths 1024,2048 --overwrite --out $(Q5)/retrieval
+	$(RI) ablate --model qwen2.5-coder-0.5b $(QBF) --heads retrieval --from $(Q5)/retrieval $(QNIAH) --lengths 2048 \
+		--draws 3 --overwrite --out $(Q5)/ablate
+	$(RI) rope-profile --model qwen2.5-coder-0.5b $(QBF) --heads retrieval --from $(Q5)/retrieval --haystack sherlock-holmes \
+		--n-texts 16 --n-tokens 512 --overwrite --out $(Q5)/rope-profile
+	$(RI) detect induction --model qwen2.5-coder-0.5b $(QBF) --draws 10 --overwrite --out $(Q5)/induction
+	$(RI) detect copy-suppression --model qwen2.5-coder-0.5b $(QBF) --texts sherlock-holmes --overwrite --out $(Q5)/copy-suppression
+	$(RI) detect retrieval --model qwen2.5-coder-0.5b $(QBF) $(QNIAH) --lengths 1024,2048 --score-norm needle --overwrite \
+		--out $(Q5)/retrieval-needle
+	$(QIOI) --site resid_pre,head_out --out $(Q5)/ioi-abc
+	$(QIOI) --site head_out,resid_pre --method atp-qk --verify-top 20 --verify-sample 20 --out $(Q5)/ioi-abc-atp
+	$(QIOI) --method path --senders "$(shell python3 -c "print(','.join(f'L{i}H*' for i in range(24)))")" --via logits \
+		--out $(Q5)/ioi-abc-path-logits
+	$(RI) detect retrieval --model qwen2.5-coder-0.5b $(QBF) $(QNIAH) --lengths 4096,8192 --overwrite --out $(Q5)/retrieval-8k
+
+results-real-qwen-1.5b: setup
+	$(I) models fetch qwen2.5-coder-1.5b
+	$(RI) detect retrieval --model qwen2.5-coder-1.5b $(QBF) $(QNIAH) --lengths 1024 --overwrite --out $(Q15)/retrieval
+	$(RI) rope-zero --model qwen2.5-coder-1.5b $(QBF) --heads retrieval --from $(Q15)/retrieval $(QNIAH) --lengths 1024 \
+		--unit dims --dims 0,8,16,32 --random-draws 2 --head-draws 1 --overwrite --out $(Q15)/rope-zero
+	$(RI) ablate --model qwen2.5-coder-1.5b $(QBF) --heads retrieval --from $(Q15)/retrieval $(QNIAH) --lengths 1024 \
+		--draws 3 --overwrite --out $(Q15)/ablate
+	$(RI) rope-profile --model qwen2.5-coder-1.5b $(QBF) --heads retrieval --from $(Q15)/retrieval --haystack sherlock-holmes \
+		--n-texts 16 --n-tokens 512 --overwrite --out $(Q15)/rope-profile
+	$(RI) detect induction --model qwen2.5-coder-1.5b $(QBF) --draws 10 --overwrite --out $(Q15)/induction
+	$(RI) detect retrieval --model qwen2.5-coder-1.5b $(QBF) $(QNIAH) --lengths 2048,4096 --overwrite --out $(Q15)/retrieval-4k
 
 # Finding (ii) as a controlled experiment (docs/results.md#retrieval-heads-vs-rope_theta): tiny-llama variants
 # that differ only in rope_theta (1e3, 1e4, 5e5) and training seed (2, 3, plus the seeds in THETA_ADD); builds the

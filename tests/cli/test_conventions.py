@@ -27,7 +27,7 @@ def _commands():
     return root, out
 
 
-def test_help_version_and_completion(capsys):
+def test_help_version_and_completion(capsys, monkeypatch):
     for flag in ("-h", "--help"):
         code, out, _ = run_cli([flag], capsys)
         assert code == 0 and "Usage" in out and "ablate" in out and "--version" in out
@@ -35,7 +35,12 @@ def test_help_version_and_completion(capsys):
     from interp import __version__
 
     assert code == 0 and out.strip() == f"interp {__version__}"
-    code, out, _ = run_cli(["--show-completion", "bash"], capsys)
+    # with shellingham installed --show-completion is a flag and the shell is detected from the parent process
+    # (under `sh` typer refuses); pin the detection to bash so the test does not depend on who started pytest
+    import typer.completion
+
+    monkeypatch.setattr(typer.completion, "_get_shell_name", lambda: "bash")
+    code, out, _ = run_cli(["--show-completion"], capsys)
     assert code == 0 and "_interp_completion" in out and "complete" in out, (code, out, _)
     code, out, _ = run_cli(["-h"], capsys)
     assert "--install-completion" in out
