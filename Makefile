@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.interp-installed
 
-.PHONY: setup demo models test test-fast test-qwen-1.5b bench results results-real results-real-qwen results-real-qwen-0.5b results-real-qwen-1.5b results-ioi-path results-real-ioi results-theta clean
+.PHONY: setup demo models test test-fast test-qwen-1.5b bench atlas results results-real results-real-qwen results-real-qwen-0.5b results-real-qwen-1.5b results-ioi-path results-real-ioi results-theta clean
 
 setup: $(STAMP)
 
@@ -216,6 +216,13 @@ results-real-qwen-1.5b: setup
 		--n-texts 16 --n-tokens 512 --overwrite --out $(Q15)/rope-profile
 	$(RI) detect induction --model qwen2.5-coder-1.5b $(QBF) --draws 10 --overwrite --out $(Q15)/induction
 	$(RI) detect retrieval --model qwen2.5-coder-1.5b $(QBF) $(QNIAH) --lengths 2048,4096 --overwrite --out $(Q15)/retrieval-4k
+
+# The atlas of the real models side by side (README's headline table, docs/atlas.json), from run folders: by
+# default every run of results-real and the organisms' theta sweep; ATLAS_RUNS= names others.
+ATLAS_RUNS ?= runs/results-real runs/results/theta
+atlas: setup
+	$(I) atlas $(ATLAS_RUNS) --overwrite --out runs/atlas
+	$(PY) bench/atlas_readme.py runs/atlas
 
 # Finding (ii) as a controlled experiment (docs/results.md#retrieval-heads-vs-rope_theta): tiny-llama variants
 # that differ only in rope_theta (1e3, 1e4, 5e5) and training seed (2, 3, plus the seeds in THETA_ADD); builds the

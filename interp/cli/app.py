@@ -207,6 +207,7 @@ def _ranges(xs: list[int]) -> str:
 def _register_analyses():
     from interp.cli.head_cmds import detect_copy_suppression_cmd, detect_induction
     from interp.cli.patch_cmds import patch
+    from interp.cli.atlas_cmds import atlas
     from interp.cli.compare_cmds import compare
     from interp.cli.plan_cmds import plan
     from interp.cli.retrieval_cmds import ablate, detect_retrieval
@@ -227,6 +228,7 @@ def _register_analyses():
     app.command("probe")(probe)
     app.command("plan")(plan)
     app.command("compare")(compare)
+    app.command("atlas")(atlas)
 
 
 _register_analyses()

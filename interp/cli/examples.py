@@ -42,6 +42,7 @@ EXAMPLES = {
              "interp plan -m gemma-2-9b --lengths 8192 --analysis detect --batch-size 4 --budget-gib 80 --json"],
     "compare": ["interp compare runs/ind runs/ind-rerun", "interp compare runs/results-real runs/rerun --rtol 1e-4",
                 "interp compare runs/a runs/b --json"],
+    "atlas": ["interp atlas runs/results-real --out runs/atlas", "interp atlas runs/ret runs/demo --json"],
     "report": ["interp report runs/demo", "interp report runs/*/"],
     "organisms": ["interp organisms eval tiny-qwen2", "interp organisms eval tiny-llama --no-write",
                   "interp organisms build tiny-llama --threads 2",

@@ -22,6 +22,7 @@ def _figures_of(stem: str) -> Callable[[dict], dict] | None:
     """{result file stem: result dict -> {figure stem: plotly figure}}: the one place that says which
     figures a result has."""
     from interp.figures import experiments as plotting
+    from interp.figures.atlas import atlas_figures
     from interp.figures.heads import copy_suppression_figures, induction_figures
     from interp.figures.patching import attribution_scatter, path_effects, patching_heatmaps
     from interp.figures import probes as probe_figures
@@ -41,11 +42,12 @@ def _figures_of(stem: str) -> Callable[[dict], dict] | None:
         "patching": lambda d: {**patching_heatmaps(d), **attribution_scatter(d)},
         "path_patching": lambda d: {"path_patching_effects": path_effects(d)},
         "probes": probe_figures.figures,
+        "atlas": atlas_figures,
         "theta": lambda d: {"theta_sweep": sweeps.theta_sweep(d), "theta_dose_response": sweeps.theta_dose_response(d)},
     }.get(stem)
 
 
-RESULTS = ("ablation", "head_curve", "rope_zero", "rope_profile", "patching", "path_patching", "induction", "copy_suppression",
+RESULTS = ("atlas", "ablation", "head_curve", "rope_zero", "rope_profile", "patching", "path_patching", "induction", "copy_suppression",
            "probes", "theta", "retrieval")  # result files, in the order a page shows them (a run's own detection last)
 
 
@@ -63,6 +65,7 @@ RESULT_FIELDS = {
     "path_patching": {"model": _STR, "effects": _OBJ, "receivers": _LIST, "senders": _LIST},
     "probes": {"model": _STR, "layers": _LIST},
     "theta": {"base": _STR, "builds": _LIST, "trend": _OBJ},
+    "atlas": {"models": _LIST, "published": _OBJ},
 }
 RERUN = "rerun the command that wrote it (its run.json names it)"
 
@@ -161,6 +164,10 @@ def headline(stem: str, d: dict, df):
 
 
 def _table(folder: Path, stem: str, d: dict) -> str:
+    if stem == "atlas":  # one row per quantity, one column per model: the table is the result
+        from interp.figures.atlas import atlas_table_html
+
+        return atlas_table_html(d)
     f = folder / f"{stem}.csv"
     if not f.is_file():
         return ""
