@@ -186,42 +186,52 @@ def niah_by_length(d: dict):
             fig.add_trace(go.Scatter(x=[x["length"] for x in pts], y=[x["recall"] for x in pts], name=m["label"],
                                      mode="lines+markers", text=[f"n = {x['n']}" for x in pts]))
     fig.update_layout(title="NIAH recall by context length (the book haystack, standard needles)",
-                      xaxis={"title": "context length (tokens)", "type": "log"},
+                      xaxis={"title": "context length (tokens)", "type": "log",
+                             "tickvals": sorted({x["length"] for m in d["models"] for x in m.get("niah") or []})},
                       yaxis={"title": "recall", "range": [0, 1.05]})
     return fig
 
 
 def theta_heads(d: dict):
     """Finding (ii) across models: retrieval-head share against rope_theta (uncontrolled: the models differ in
-    everything else), both normalisations, the paper's two Llama points, and the organisms' controlled sweep."""
+    everything else), a marker per model and normalisation (circle: answer, diamond: needle), the paper's two
+    Llama points, and the organisms' controlled sweep (builds that retrieve) when the atlas has it."""
     go = _go()
     fig = go.Figure()
-    for norm, symbol in (("answer", "circle"), ("needle", "diamond")):
-        xs, ys, names = [], [], []
-        for m in d["models"]:
+    top = 5.0
+    for m in d["models"]:
+        for norm, symbol in (("answer", "circle"), ("needle", "diamond")):
             r = (m.get("retrieval") or {}).get(norm)
-            for kind, theta in (m.get("thetas") or {}).items():
-                if r and r.get("share") is not None:
-                    xs.append(theta), ys.append(100 * r["share"])
-                    names.append(m["label"] + ("" if kind == "all" else f" ({kind})"))
-        if xs:
-            fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers+text", text=names, textposition="top center",
-                                     marker={"symbol": symbol, "size": 11}, name=f"{norm}-normalised"))
+            if not r or r.get("share") is None:
+                continue
+            kinds = sorted((m.get("thetas") or {}).items(), key=lambda kv: kv[1])
+            top = max(top, 100 * r["share"])
+            fig.add_trace(go.Scatter(
+                x=[t for _, t in kinds], y=[100 * r["share"]] * len(kinds), mode="markers+lines",
+                marker={"symbol": symbol, "size": 11}, line={"dash": "dot", "width": 1},
+                name=f"{m['label']} ({norm}-normalised)",
+                hovertext=[f"{m['label']}: {r['n_heads']} of {r['n_total']} heads; theta {t:g}"
+                           + ("" if k == "all" else f" ({k})") for k, t in kinds], hoverinfo="text"))
     pts = (d.get("published_points") or {}).get("theta_heads") or []
     if pts:
         fig.add_trace(go.Scatter(x=[p["theta"] for p in pts], y=[100 * p["n_heads"] / p["n_total"] for p in pts],
-                                 mode="markers+text", text=[p["model"] for p in pts], textposition="bottom center",
-                                 marker={"symbol": "x", "size": 11, "color": "#555"}, name="the paper"))
+                                 mode="markers", marker={"symbol": "x", "size": 12, "color": "#555"},
+                                 name="the paper: LLaMA-2-7B, LLaMA-3.1-8B",
+                                 hovertext=[f"{p['model']}: {p['n_heads']} of {p['n_total']}" for p in pts],
+                                 hoverinfo="text"))
     sweep = d.get("theta_sweep")
     if sweep and isinstance(sweep.get("builds"), list):
         b = [x for x in sweep["builds"] if isinstance(x, dict) and x.get("theta") and x.get("n_heads") is not None
              and x.get("n_total") and x.get("retrieves")]
         if b:
+            top = max([top] + [100 * x["n_heads"] / x["n_total"] for x in b])
             fig.add_trace(go.Scatter(x=[x["theta"] for x in b], y=[100 * x["n_heads"] / x["n_total"] for x in b],
                                      mode="markers", marker={"symbol": "square-open", "size": 9},
                                      name="organisms that retrieve: theta varied alone"))
-    fig.update_layout(title="(ii) Retrieval-head share vs rope_theta (across models: uncontrolled)",
-                      xaxis={"title": "rope_theta", "type": "log"}, yaxis={"title": "% of query heads > 0.1"})
+    fig.update_layout(title="(ii) Retrieval-head share vs rope_theta (across models: uncontrolled; a model with "
+                            "two RoPE bases: both, joined)",
+                      xaxis={"title": "rope_theta", "type": "log"},
+                      yaxis={"title": "% of query heads above 0.1", "range": [0, 1.15 * top]})
     return fig
 
 
@@ -267,7 +277,8 @@ def atlas_table_html(d: dict) -> str:
     return (f"<p class='note'>Every number read from the run folders listed below (nothing recomputed), each cell "
             f"with its grid where runs differ in it; \"{MISSING}\": no run of that analysis was given for the model. "
             "Across models theta varies together with size, data and architecture: the theta figure is "
-            "uncontrolled, as in the paper.</p><div class='table'><table class='headline atlas'><thead><tr><th></th>"
+            "uncontrolled, as in the paper.</p><style>table.atlas td,table.atlas th{text-align:left;vertical-align:top}"
+            "</style><div class='table'><table class='headline atlas'><thead><tr><th></th>"
             f"{head}<th>published</th></tr></thead><tbody>{body}</tbody></table></div>"
             f"<details><summary>runs read</summary><ul>{runs}</ul></details>"
             + (f"<p class='note'>notes:</p><ul>{notes}</ul>" if notes else ""))
