@@ -1,7 +1,8 @@
 """The atlas: the seed findings of every model side by side, read from run folders (`interp atlas`).
 
 `build_atlas(folders)` reads each run folder's run.json and result files (every folder below the ones given
-that holds a run.json), groups them by model (and by model dtype, when one model's runs ran in more than one)
+that holds a run.json), groups them by model (a column per model dtype when one analysis ran in two dtypes;
+otherwise one column, each entry saying its dtype when it differs from the column's)
 and keeps, per model, one number per finding: geometry and RoPE bases (from the model's config, read without
 its weights), NIAH recall by length, retrieval heads under each score normalisation, masking them vs random
 sets (i), the per-head norm statistics (iii), lowest-band RoPE zeroing by dose (iv), induction heads and their
@@ -163,7 +164,7 @@ def build_atlas(paths, geometry_of=None) -> Atlas:
     """The atlas of every run folder at or below `paths`. `geometry_of(model name) -> (ModelSpec, architecture)`
     reads a model's geometry (default: its config through interp.models.memory.geometry, no weights); a model
     whose config cannot be read keeps what its results say (layers x heads from its score grids)."""
-    groups: dict[tuple[str, str], list] = {}
+    groups: dict[str, list] = {}
     notes = []
     theta_sweep = None
     for folder in run_folders(paths):
@@ -182,23 +183,35 @@ def build_atlas(paths, geometry_of=None) -> Atlas:
                                "trend": {k: (d.get("trend") or {}).get(k) for k in ("slope", "slope_lo", "slope_hi", "p_value")}}
                 continue
             model = d.get("model")
-            if not isinstance(model, str):
-                continue
-            groups.setdefault((model, _dtype(run, d)), []).append((folder, stem, d))
+            if isinstance(model, str):
+                groups.setdefault(model, []).append((folder, stem, d, _dtype(run, d)))
     if not groups:
         raise InvalidInputError("none of the run folders holds a result the atlas reads (retrieval, ablation, "
                                 "rope_zero, rope_profile, induction, copy_suppression)")
-    several = {m for m, _ in groups if sum(1 for mm, _ in groups if mm == m) > 1}
-    models = [_column(model, dtype, items, f"{model} ({dtype})" if model in several else model, geometry_of)
-              for (model, dtype), items in groups.items()]
+    models = []
+    for model, items in groups.items():
+        dtypes = sorted({dt for *_, dt in items})
+        kinds = {}
+        for _, stem, d, dt in items:  # a retrieval run is of a kind per score normalisation
+            kinds.setdefault((stem, (d.get("config") or {}).get("score_norm")), set()).add(dt)
+        if any(len(v) > 1 for v in kinds.values()):  # the same analysis in two dtypes: a column per dtype
+            for dt in dtypes:
+                models.append(_column(model, dt, [x for x in items if x[3] == dt], f"{model} ({dt})", geometry_of))
+        else:
+            main = max(dtypes, key=lambda dt: (sum(1 for x in items if x[3] == dt), dt == "float32"))
+            models.append(_column(model, main, items, model, geometry_of))
     return Atlas(models=models, theta_sweep=theta_sweep, notes=notes)
 
 
 def _column(model: str, dtype: str, items: list, label: str, geometry_of) -> ModelAtlas:
-    col = ModelAtlas(label=label, model=model, dtype=dtype, runs=sorted({str(f) for f, _, _ in items}))
+    """One model's column; `dtype` is the column's (most runs'); an entry from a run in another dtype says so
+    in its own "dtype"."""
+    col = ModelAtlas(label=label, model=model, dtype=dtype, runs=sorted({str(f) for f, *_ in items}))
     by = {}
-    for folder, stem, d in items:
+    dtype_of = {}
+    for folder, stem, d, dt in items:
         by.setdefault(stem, []).append((folder, d))
+        dtype_of[str(folder)] = dt
     _geometry(col, by, geometry_of)
     _retrieval(col, by.get("retrieval", []), by.get("ablation", []))
     col.masking = _masking(by.get("ablation", []))
@@ -206,6 +219,11 @@ def _column(model: str, dtype: str, items: list, label: str, geometry_of) -> Mod
     col.rope_zero = _rope_zero(by.get("rope_zero", []), col.geometry.get("head_dim"))
     col.induction = _induction(by.get("induction", []), col.retrieval.get("answer", {}).get("heads") or [])
     col.copy_suppression = _copy_suppression(by.get("copy_suppression", []))
+    for entry in [*col.retrieval.values(), col.masking, col.norms, col.rope_zero, col.induction, col.copy_suppression]:
+        if entry:
+            entry["dtype"] = dtype_of.get(entry["run"], dtype)
+    for x in col.niah:
+        x["dtype"] = dtype_of.get(x["run"], dtype)
     return col
 
 

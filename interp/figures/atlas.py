@@ -45,6 +45,12 @@ def _k(n: int) -> str:
     return f"{n // 1024}K" if n % 1024 == 0 else str(n)
 
 
+def _dt(m: dict, entry: dict | None) -> str:
+    """' (bfloat16)' when an entry ran in another dtype than its column's."""
+    dt = (entry or {}).get("dtype")
+    return f" ({dt})" if dt and dt != m["dtype"] else ""
+
+
 def _thetas(m: dict) -> str:
     t = m.get("thetas") or {}
     if not t:
@@ -67,7 +73,7 @@ def _geometry(m: dict) -> str:
 
 
 def _niah(m: dict) -> str:
-    return " · ".join(f"{_k(x['length'])} {_num(x['recall'])}" for x in m.get("niah") or []) or MISSING
+    return " · ".join(f"{_k(x['length'])} {_num(x['recall'])}{_dt(m, x)}" for x in m.get("niah") or []) or MISSING
 
 
 def _retrieval(m: dict, norm: str) -> str:
@@ -75,7 +81,7 @@ def _retrieval(m: dict, norm: str) -> str:
     if not r:
         return MISSING
     share = f" ({100 * r['share']:.1f}%)" if r.get("share") is not None else ""
-    return f"{r['n_heads']} of {r['n_total']}{share}"
+    return f"{r['n_heads']} of {r['n_total']}{share}{_dt(m, r)}"
 
 
 def _layers(m: dict) -> str:
@@ -92,14 +98,15 @@ def _masking(m: dict) -> str:
     t = x["test"]
     return (f"{_num(x.get('baseline'))} -> {_num(t.get('mean_x'))} (random {_num(t.get('mean_y'))}): "
             f"{_num(t.get('diff'), '{:+.2f}')} [{_num(t.get('diff_lo'), '{:+.2f}')}, "
-            f"{_num(t.get('diff_hi'), '{:+.2f}')}], {_p(t)}; {x['n_heads']} heads, {x.get('grid') or ''}")
+            f"{_num(t.get('diff_hi'), '{:+.2f}')}], {_p(t)}; {x['n_heads']} heads, {x.get('grid') or ''}{_dt(m, x)}")
 
 
 def _norm(m: dict, stat: str) -> str:
     x = (m.get("norms") or {}).get("stats", {}).get(stat)
     if not x:
         return MISSING
-    return f"d {_num(x['d'], '{:+.2f}')} [{_num(x['lo'], '{:+.2f}')}, {_num(x['hi'], '{:+.2f}')}], {_p(x, 'p')}"
+    return (f"d {_num(x['d'], '{:+.2f}')} [{_num(x['lo'], '{:+.2f}')}, {_num(x['hi'], '{:+.2f}')}], {_p(x, 'p')}"
+            f"{_dt(m, m['norms'])}")
 
 
 def _rope_zero(m: dict) -> str:
@@ -113,7 +120,7 @@ def _rope_zero(m: dict) -> str:
             continue
         parts.append(f"{d['dims']}/{x['head_dim']}: {_num(d['target'])} (random dims {_num(d['random'])}, "
                      f"matched heads {_num(d['matched'])})")
-    return " · ".join(parts) + f"; {x['n_heads']} heads, {x.get('grid') or ''}"
+    return " · ".join(parts) + f"; {x['n_heads']} heads, {x.get('grid') or ''}{_dt(m, x)}"
 
 
 def _induction(m: dict) -> str:
@@ -127,14 +134,15 @@ def _induction(m: dict) -> str:
     if t:
         out += (f"; ablated: second-copy loss {_num(t.get('diff'), '{:+.2f}')} [{_num(t.get('diff_lo'), '{:+.2f}')}, "
                 f"{_num(t.get('diff_hi'), '{:+.2f}')}] nats vs random")
-    return out
+    return out + _dt(m, x)
 
 
 def _copy(m: dict) -> str:
     x = m.get("copy_suppression")
     if not x:
         return MISSING
-    return ("yes: " + ", ".join(x["heads"])) if x["found"] else f"no (candidates {', '.join(x['candidates']) or '-'})"
+    out = ("yes: " + ", ".join(x["heads"])) if x["found"] else f"no (candidates {', '.join(x['candidates']) or '-'})"
+    return out + _dt(m, x)
 
 
 def atlas_rows(d: dict) -> list[tuple[str, list[str], str]]:
@@ -143,7 +151,7 @@ def atlas_rows(d: dict) -> list[tuple[str, list[str], str]]:
     rows = [
         ("RoPE theta", [_thetas(m) for m in ms], "LLaMA-2 1e4, LLaMA-3.1 5e5"),
         ("layers x query heads", [_geometry(m) for m in ms], ""),
-        ("model dtype", [m["dtype"] for m in ms], ""),
+        ("model dtype (of most runs; others marked)", [m["dtype"] for m in ms], ""),
         ("NIAH recall by length", [_niah(m) for m in ms], ""),
         ("retrieval heads (score > 0.1, answer-normalised)", [_retrieval(m, "answer") for m in ms],
          pub.get("retrieval_share", "")),

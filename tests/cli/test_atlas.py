@@ -86,6 +86,19 @@ def test_atlas_of_an_atlas_and_dtype_columns(atlas_run, capsys):
     assert code == 2 and "none of the run folders" in err
     d = json.loads((root / "two-atlas" / "atlas.json").read_text())
     assert sorted(m["label"] for m in d["models"]) == ["tiny-qwen2 (bfloat16)", "tiny-qwen2 (float32)"]
+    # different analyses in different dtypes: one column, the odd entry marked with its dtype
+    mixed = root / "mixed"
+    shutil.copytree(runs / "retrieval", mixed / "retrieval")
+    shutil.copytree(runs / "ablate", mixed / "ablate")
+    (mixed / "ablate" / "run.json").write_text(json.dumps(rj | {"command": "interp ablate"}))
+    code, out, err = _atlas(mixed, root / "mixed-atlas", capsys)
+    assert code == 0, err
+    d = json.loads((root / "mixed-atlas" / "atlas.json").read_text())
+    (m,) = d["models"]
+    assert m["label"] == "tiny-qwen2" and m["masking"]["dtype"] == "bfloat16" and m["retrieval"]["answer"]["dtype"] == m["dtype"]
+    row = next(line for line in out.splitlines() if line.startswith("| (i) masking"))
+    assert "(bfloat16)" in row
+    assert "(bfloat16)" not in next(line for line in out.splitlines() if line.startswith("| retrieval heads (score"))
 
 
 def test_atlas_picks_the_detection_the_masking_used():
