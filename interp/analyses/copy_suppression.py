@@ -159,6 +159,14 @@ def _logit_lens(model):
     return predict
 
 
+def additive_tolerance(dtype: torch.dtype) -> float:
+    """Relative tolerance of resid_pre + attn_out + mlp_out == resid_post: the model adds its residual stream in its
+    own dtype, two roundings of at most half an ulp each at the stream's scale (bfloat16: 2^-8 of it, so a bf16
+    model misses a float32 sum by ~0.4% of the largest activation), with a float32 floor of 1e-3. A post-attention
+    norm breaks the sum by order 1, far above either."""
+    return max(1e-3, 2 * torch.finfo(dtype).eps) if dtype.is_floating_point else 1e-3
+
+
 def _check_additive(model, ids: torch.Tensor) -> None:
     """Refuse direct effects where the residual stream is not resid_pre + attn_out + mlp_out (attn_out and mlp_out
     are the sublayers' contributions, after a post-norm where the architecture has one)."""
@@ -171,7 +179,7 @@ def _check_additive(model, ids: torch.Tensor) -> None:
         raise UnsupportedModelError(f"copy-suppression direct effects need per-sublayer outputs: {e}") from None
     pre, attn, mlp, post = (cap[s].float() for s in sites)
     err = (pre + attn + mlp - post).abs().max().item()
-    if err > 1e-3 * max(1.0, post.abs().max().item()):
+    if err > additive_tolerance(cap[sites[3]].dtype) * max(1.0, post.abs().max().item()):
         raise UnsupportedModelError(
             f"{model.spec.architecture}: the residual stream is not resid_pre + attn_out + mlp_out (a post-attention "
             "norm?), so a head's direct logit effect is not defined here; copy-suppression analysis is refused")
