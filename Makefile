@@ -178,9 +178,8 @@ results-real-ioi: setup models
 # thread each, one model per target so the two run side by side; a reduced NIAH grid (3 depths x 4 seeds) on the
 # book. The 0.5B: induction and copy-suppression heads, retrieval heads at 1K/2K under both normalisations, NIAH
 # recall at 4K/8K, masking them vs layer-matched random sets at 2K (finding i), the per-head statistics (iii), IOI
-# (exact patching, AtP-QK vs exact, path patching into the logits). The 1.5B (head_dim 128, as Qwen2.5-7B):
-# retrieval heads at 1K, RoPE zeroing at the paper's doses, 8 / 16 / 32 of 128 dims (iv), masking (i), (iii),
-# induction heads.
+# (exact patching, AtP-QK vs exact). The 1.5B (head_dim 128, as Qwen2.5-7B): retrieval heads at 1K under both
+# normalisations, RoPE zeroing at the paper's doses, 8 / 16 / 32 of 128 dims (iv), masking (i), (iii), induction.
 QNIAH := --haystack sherlock-holmes --depths 0,0.5,1 --n-seeds 4
 QBF := --model-dtype bfloat16
 Q5 = runs/results-real/qwen2.5-coder-0.5b
@@ -201,8 +200,6 @@ results-real-qwen-0.5b: setup
 		--out $(Q5)/retrieval-needle
 	$(QIOI) --site resid_pre,head_out --out $(Q5)/ioi-abc
 	$(QIOI) --site head_out,resid_pre --method atp-qk --verify-top 20 --verify-sample 20 --out $(Q5)/ioi-abc-atp
-	$(QIOI) --method path --senders "$(shell python3 -c "print(','.join(f'L{i}H*' for i in range(24)))")" --via logits \
-		--out $(Q5)/ioi-abc-path-logits
 	$(RI) detect retrieval --model qwen2.5-coder-0.5b $(QBF) $(QNIAH) --lengths 4096,8192 --overwrite --out $(Q5)/retrieval-8k
 
 results-real-qwen-1.5b: setup
@@ -215,7 +212,8 @@ results-real-qwen-1.5b: setup
 	$(RI) rope-profile --model qwen2.5-coder-1.5b $(QBF) --heads retrieval --from $(Q15)/retrieval --haystack sherlock-holmes \
 		--n-texts 16 --n-tokens 512 --overwrite --out $(Q15)/rope-profile
 	$(RI) detect induction --model qwen2.5-coder-1.5b $(QBF) --draws 10 --overwrite --out $(Q15)/induction
-	$(RI) detect retrieval --model qwen2.5-coder-1.5b $(QBF) $(QNIAH) --lengths 2048,4096 --overwrite --out $(Q15)/retrieval-4k
+	$(RI) detect retrieval --model qwen2.5-coder-1.5b $(QBF) $(QNIAH) --lengths 1024 --score-norm needle --overwrite \
+		--out $(Q15)/retrieval-needle
 
 # The atlas of the real models side by side (README's headline table, docs/atlas.json), from run folders: by
 # default every run of results-real and the organisms' theta sweep; ATLAS_RUNS= names others.

@@ -13,7 +13,8 @@ is recomputed: the atlas reads what the analyses wrote. The published numbers (`
 Which run when a model has several of a kind: retrieval heads from the detection the masking run drew its
 heads from (its `detection.from`), else the one whose grid starts at the shortest length (then: most
 prompts); masking, zeroing and norm statistics from the run with the most prompts (then: the most doses);
-NIAH recall by length from every retrieval run (a length measured twice: the run with more prompts).
+NIAH recall by length from every retrieval run (a length measured twice: the run with more prompts). Columns
+run from the smallest model (by d_model) to the largest.
 """
 
 from __future__ import annotations
@@ -200,6 +201,7 @@ def build_atlas(paths, geometry_of=None) -> Atlas:
         else:
             main = max(dtypes, key=lambda dt: (sum(1 for x in items if x[3] == dt), dt == "float32"))
             models.append(_column(model, main, items, model, geometry_of))
+    models.sort(key=lambda m: (m.geometry.get("d_model") or float("inf"), m.label))  # smallest model first
     return Atlas(models=models, theta_sweep=theta_sweep, notes=notes)
 
 
