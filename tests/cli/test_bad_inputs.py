@@ -309,6 +309,13 @@ CASES = [  # (command line, text the one-line error must contain)
     ("report {rep_runjson}", "run record"),
     ("report {rep_runjson}", "run.json holds a JSON list, not a JSON object"),
     ("report {rep_ok} {rep_nokeys}", "it lacks 'scores', 'heads'"),  # checked before any page is written
+    ("atlas /nonexistent", "/nonexistent: no such folder; pass run folders or folders of runs"),
+    ("atlas {folder}", "holds no run folder (no run.json in it or below it)"),
+    ("atlas", "Missing argument"),
+    ("atlas {rep_runjson}", "run.json holds a JSON list, not a JSON object"),
+    ("atlas {rep_half}", "retrieval.json is not valid JSON at line"),
+    ("atlas {rep_nokeys}", "it lacks 'scores', 'heads'"),
+    ("atlas {rep_ok} {rep_deep}", "nested too deeply"),
     ("patch --pairs {deep_jsonl}", ":1: JSON nested too deeply to be a pairs file record"),
     ("cache --data {deep_jsonl}", ":1: JSON nested too deeply to be a text record"),
     ("ablate --heads {heads_deep} NIAH", "is not a retrieval.json or induction.json"),
@@ -546,7 +553,8 @@ def test_the_table_covers_every_command_and_is_large():
     cmds = {c[0].split()[0] + (" " + c[0].split()[1] if c[0].startswith("detect") else "") for c in CASES}
     assert "models" in cmds
     wanted = {"detect retrieval", "detect induction", "detect copy-suppression", "ablate", "patch", "rope-zero",
-              "rope-profile", "cache", "probe", "info", "organisms", "report", "plan", "models", "compare"}
+              "rope-profile", "cache", "probe", "info", "organisms", "report", "plan", "models", "compare",
+              "atlas"}
     assert wanted <= cmds, wanted - cmds
     names = {(c.name or c.callback.__name__).replace("_", "-") for c in app.registered_commands}
     assert names - {"models"} <= {w.split()[0] for w in wanted}, names
