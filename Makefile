@@ -199,6 +199,7 @@ results-real-qwen-0.5b: setup
 	$(RI) detect retrieval --model qwen2.5-coder-0.5b $(QBF) $(QNIAH) --lengths 1024,2048 --score-norm needle --overwrite \
 		--out $(Q5)/retrieval-needle
 	$(QIOI) --site resid_pre,head_out --out $(Q5)/ioi-abc
+	$(QIOI) --site resid_pre --positions=-1 --out $(Q5)/ioi-last-abc
 	$(QIOI) --site head_out,resid_pre --method atp-qk --verify-top 20 --verify-sample 20 --out $(Q5)/ioi-abc-atp
 	$(RI) detect retrieval --model qwen2.5-coder-0.5b $(QBF) $(QNIAH) --lengths 4096,8192 --overwrite --out $(Q5)/retrieval-8k
 

@@ -13,7 +13,7 @@ import html
 from interp.figures.base import _go
 from interp.figures.text import no_power
 
-MISSING = "not run"
+MISSING = "no run given"
 
 
 def _num(x, fmt="{:.2f}") -> str:

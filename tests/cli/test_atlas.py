@@ -1,5 +1,5 @@
 """`interp atlas`: every cell read from the run folders it was given (checked against the result files
-themselves), one column per model (and dtype), "not run" where a model lacks an analysis, clear errors for
+themselves), one column per model (and dtype), "no run given" where a model lacks an analysis, clear errors for
 folders that are not runs, and the README's headline table equal to the committed atlas rendered again."""
 
 import json
@@ -58,11 +58,11 @@ def test_atlas_cells_are_the_results_numbers(atlas_run, capsys):
     ind = json.loads((runs / "induction" / "induction.json").read_text())
     assert g["induction"]["heads"] == ind["induction_heads"] and g["thetas"] == {}  # GPT-2: no RoPE
     assert g["retrieval"] == {} and g["masking"] is None
-    # the table: a row per quantity, a column per model plus the published one; "not run" where nothing ran
+    # the table: a row per quantity, a column per model plus the published one; "no run given" where no run of it was given
     md = (root / "atlas" / "atlas.md").read_text().strip().splitlines()
     assert len(md) == 2 + 13 and all(line.count(" | ") == len(cols) + 1 for line in md[2:]), md
     row = next(line for line in md if line.startswith("| (i) masking"))
-    assert "not run" in row and f"{abl['target_vs_random']['diff']:+.2f}" in row
+    assert "no run given" in row and f"{abl['target_vs_random']['diff']:+.2f}" in row
     assert md[0].count("`") == 2 * len(cols)
     page = (root / "atlas" / "index.html").read_text()
     assert "interp atlas" in page and "(iv) lowest-band RoPE zeroing" in page and "fig-atlas_theta" in page
