@@ -1,31 +1,21 @@
-"""Architecture adapters, one per family. `adapter_for(hf_model)` picks by config.model_type."""
+"""Architecture adapters, one file per family: every module of this package is imported here, and each
+`Adapter` subclass registers its `model_types` as it is defined, so adding an architecture is adding a file
+(docs/adding-an-architecture.md). `adapter_for(hf_model)` picks by config.model_type."""
 
 from __future__ import annotations
 
-from interp.errors import UnsupportedModelError
-from interp.models.adapters.base import Adapter
-from interp.models.adapters.bert import BertAdapter
-from interp.models.adapters.gemma2 import Gemma2Adapter
-from interp.models.adapters.gemma3 import Gemma3Adapter
-from interp.models.adapters.gpt2 import GPT2Adapter
-from interp.models.adapters.gpt_neox import GPTNeoXAdapter
-from interp.models.adapters.llama import LlamaAdapter
-from interp.models.adapters.mistral import MistralAdapter
-from interp.models.adapters.olmo2 import Olmo2Adapter
-from interp.models.adapters.qwen2 import Qwen2Adapter
+import importlib
+import pkgutil
 
-ADAPTERS: tuple[type[Adapter], ...] = (
-    LlamaAdapter,
-    Qwen2Adapter,
-    MistralAdapter,
-    Gemma2Adapter,
-    Gemma3Adapter,
-    Olmo2Adapter,
-    GPT2Adapter,
-    GPTNeoXAdapter,
-    BertAdapter,
-)
-_BY_TYPE = {t: a for a in ADAPTERS for t in a.model_types}
+from interp.errors import UnsupportedModelError
+from interp.models.adapters.base import Adapter, registered
+
+for _m in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    if _m != "base":
+        importlib.import_module(f"{__name__}.{_m}")
+
+ADAPTERS: tuple[type[Adapter], ...] = tuple(dict.fromkeys(registered().values()))
+_BY_TYPE = registered()
 
 
 def supported_model_types() -> list[str]:
@@ -45,4 +35,9 @@ def adapter_for(hf) -> Adapter:
     return adapter_class(hf.config.model_type)(hf)
 
 
-__all__ = ["Adapter", "ADAPTERS", "adapter_for", "adapter_class", "supported_model_types"]
+def tiny_families() -> dict[str, type[Adapter]]:
+    """{family: adapter class} of every adapter with a tiny random config, in file order."""
+    return {a.family: a for a in ADAPTERS if a.tiny_config.__func__ is not Adapter.tiny_config.__func__}
+
+
+__all__ = ["Adapter", "ADAPTERS", "adapter_for", "adapter_class", "supported_model_types", "tiny_families"]

@@ -16,6 +16,39 @@ from interp.models.spec import ModelSpec, RopeSpec
 
 # rope types whose inv_freq the model's rotary module holds (after scaling) and that we checked.
 KNOWN_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+LAYER_TYPES = ("sliding_attention", "full_attention")  # per-layer attention kinds the hooks honour
+VOCAB = 96  # the tiny random configs' vocabulary
+
+# Config keys every adapter accepts at any value: names, ids, dtype and runtime flags, dropouts (models run in
+# eval mode), and the geometry and norm constants the adapters read or that transformers' modules apply
+# without changing what a site means. A key outside this set and the adapter's own `config_keys` may only
+# hold its config class's default (the allow-list of `check_config`).
+COMMON_CONFIG_KEYS = frozenset({
+    "_name_or_path", "_model_name_or_path", "architectures", "model_type", "transformers_version", "dtype",
+    "torch_dtype", "bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "sep_token_id",
+    "decoder_start_token_id", "use_cache", "return_dict", "output_attentions", "output_hidden_states",
+    "tie_word_embeddings", "id2label", "label2id", "problem_type", "initializer_range", "attention_dropout",
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "layer_norm_eps", "hidden_act",
+    "attention_bias", "mlp_bias", "rope_parameters", "sliding_window", "layer_types", "gradient_checkpointing",
+})
+_MISSING = object()
+
+_REGISTRY: dict[str, type["Adapter"]] = {}  # model_type -> adapter class, filled as adapter modules are imported
+
+
+def registered() -> dict[str, type["Adapter"]]:
+    """{model_type: adapter class} of every adapter defined so far (a subclass registers itself)."""
+    return dict(_REGISTRY)
+
+
+def non_default_keys(config: Any) -> list[str]:
+    """The config's keys whose values differ from its config class's defaults (keys the class lacks count)."""
+    try:
+        base = type(config)().to_dict()
+    except Exception:  # a config class that cannot be built without arguments: every key counts
+        base = {}
+    return sorted(k for k, v in config.to_dict().items() if base.get(k, _MISSING) != v)
 
 
 class Adapter:
@@ -41,6 +74,15 @@ class Adapter:
     # these modules' outputs, the sublayers' real contributions to the residual stream
     attn_out_norm_attr: str | None = None
     mlp_out_norm_attr: str | None = None
+    # config keys this family honours at non-default values, beyond COMMON_CONFIG_KEYS (the allow-list)
+    config_keys: frozenset[str] = frozenset()
+    # the tiny random config: whether the family has a GQA variant (see `tiny_config`)
+    tiny_gqa: bool = True
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        for t in cls.__dict__.get("model_types", ()):  # only classes that name their own model types
+            _REGISTRY[t] = cls
 
     def __init__(self, hf: nn.Module):
         self.hf = hf
@@ -50,7 +92,24 @@ class Adapter:
     # ---- config validation -------------------------------------------------------------
     @classmethod
     def check_config(cls, config: Any) -> None:
-        """Raise UnsupportedModelError naming any config option this adapter cannot honour."""
+        """Raise UnsupportedModelError naming any config option this adapter cannot honour: a key set away from
+        its default that neither COMMON_CONFIG_KEYS nor the adapter's `config_keys` allows, a layer type or a
+        rope type the hooks do not know."""
+        allowed = COMMON_CONFIG_KEYS | cls.config_keys
+        unknown = [k for k in non_default_keys(config) if k not in allowed and not k.startswith("interp_")
+                   and not k.endswith(("dropout", "pdrop", "dropout_prob"))]  # dropouts: models run in eval mode
+        if unknown:
+            raise UnsupportedModelError(
+                f"{config.model_type}: config option(s) {', '.join(f'{k}={getattr(config, k, None)!r}' for k in unknown)} "
+                f"differ from transformers' defaults and interp's {cls.family or config.model_type} adapter does not "
+                f"know that they leave its hooks exact; load the model with those options at their defaults, or, "
+                f"if they do not change attention or the residual stream, add them to the adapter's config_keys "
+                f"(docs/adding-an-architecture.md)")
+        types = getattr(config, "layer_types", None) or ()
+        bad = sorted(set(types) - set(LAYER_TYPES))
+        if bad:
+            raise UnsupportedModelError(f"{config.model_type}: layer_types {bad} are not supported; supported: "
+                                        f"{', '.join(LAYER_TYPES)}")
         rp = getattr(config, "rope_parameters", None) or {}
         if cls.positional == "rope":
             rope_type = rp.get("rope_type", "default")
@@ -140,6 +199,19 @@ class Adapter:
 
     def qk_norm(self) -> bool:
         return False
+
+    @classmethod
+    def tiny_config(cls, gqa: bool = False):
+        """A tiny random-weight config of this family (3 layers, 4 query heads, d_model 64; 2 KV heads with
+        `gqa`), for the parity tests and the `tiny-random-<family>` aliases. None: the family has none."""
+        return None
+
+    @staticmethod
+    def tiny_common(gqa: bool) -> dict:
+        """The geometry every tiny config shares."""
+        return dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                    num_attention_heads=4, num_key_value_heads=2 if gqa else 4, max_position_embeddings=256,
+                    tie_word_embeddings=False)
 
     @classmethod
     def default_attn_implementation_for(cls, config: Any) -> str:

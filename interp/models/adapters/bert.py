@@ -20,6 +20,15 @@ class BertAdapter(Adapter):
     v_proj_attr = "value"
     rotary_attr = None
     unembed_attr = "cls"
+    config_keys = frozenset({"type_vocab_size", "position_embedding_type", "is_decoder"})
+    tiny_gqa = False
+
+    @classmethod
+    def tiny_config(cls, gqa=False):
+        import transformers as tf
+
+        return tf.BertConfig(vocab_size=cls.tiny_common(gqa)["vocab_size"], hidden_size=64, intermediate_size=128,
+                             num_hidden_layers=3, num_attention_heads=4, max_position_embeddings=256)
 
     @classmethod
     def check_config(cls, config):

@@ -14,6 +14,16 @@ class Gemma2Adapter(Adapter):
     family = "gemma2"
     attn_out_norm_attr = "post_attention_layernorm"
     mlp_out_norm_attr = "post_feedforward_layernorm"
+    config_keys = frozenset({"query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping",
+                             "hidden_activation", "cache_implementation"})
+
+    @classmethod
+    def tiny_config(cls, gqa=False):
+        import transformers as tf
+
+        return tf.Gemma2Config(**cls.tiny_common(gqa), head_dim=16, query_pre_attn_scalar=24, attn_logit_softcapping=5.0,
+                               final_logit_softcapping=30.0, sliding_window=6,
+                               layer_types=["sliding_attention", "full_attention", "sliding_attention"])
 
     @classmethod
     def check_config(cls, config):

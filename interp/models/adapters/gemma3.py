@@ -13,8 +13,6 @@ from interp.models.spec import RopeSpec
 from interp.models.adapters.base import KNOWN_ROPE_TYPES
 from interp.models.adapters.gemma2 import Gemma2Adapter
 
-LAYER_TYPES = ("sliding_attention", "full_attention")
-
 
 class Gemma3Adapter(Gemma2Adapter):
     """Gemma-2's layout (sublayer output norms, query_pre_attn_scalar, optional softcap) plus QK-norm and a RoPE per
@@ -22,15 +20,22 @@ class Gemma3Adapter(Gemma2Adapter):
 
     model_types = ("gemma3_text",)
     family = "gemma3"
+    config_keys = Gemma2Adapter.config_keys | {"_sliding_window_pattern", "use_bidirectional_attention"}
+
+    @classmethod
+    def tiny_config(cls, gqa=False):  # the 270M's layout: sliding layers at theta 1e4, a global layer at 1e6; GQA = MQA
+        import transformers as tf
+
+        return tf.Gemma3TextConfig(**{**cls.tiny_common(gqa), "num_key_value_heads": 1 if gqa else 4}, head_dim=16,
+                                   query_pre_attn_scalar=16, sliding_window=6,
+                                   layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                   rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                                    "full_attention": {"rope_type": "default", "rope_theta": 1e6}})
 
     @classmethod
     def check_config(cls, config):
-        super().check_config(config)  # query_pre_attn_scalar
+        super().check_config(config)  # the allow-list, layer types, query_pre_attn_scalar
         types = getattr(config, "layer_types", None) or ()
-        unknown = sorted(set(types) - set(LAYER_TYPES))
-        if unknown:
-            raise UnsupportedModelError(f"gemma3_text: layer_types {unknown} are not supported; supported: "
-                                        f"{', '.join(LAYER_TYPES)}")
         if getattr(config, "use_bidirectional_attention", False):
             raise UnsupportedModelError("gemma3_text: use_bidirectional_attention=True (an encoder variant) is not "
                                         "supported; load the causal decoder")

@@ -17,6 +17,17 @@ class GPT2Adapter(Adapter):
     embed_attr = "wte"
     final_norm_attr = "ln_f"
     rotary_attr = None
+    config_keys = frozenset({"n_embd", "n_head", "n_inner", "n_layer", "n_positions", "n_ctx", "activation_function",
+                             "layer_norm_epsilon", "summary_type", "summary_use_proj", "summary_activation",
+                             "summary_proj_to_labels", "summary_first_dropout", "reorder_and_upcast_attn",
+                             "add_cross_attention"})  # the last two: refused below with their own reasons
+    tiny_gqa = False
+
+    @classmethod
+    def tiny_config(cls, gqa=False):
+        import transformers as tf
+
+        return tf.GPT2Config(vocab_size=cls.tiny_common(gqa)["vocab_size"], n_embd=64, n_layer=3, n_head=4, n_positions=256)
 
     @classmethod
     def check_config(cls, config):

@@ -13,6 +13,15 @@ class GPTNeoXAdapter(Adapter):
     o_proj_attr = "dense"
     embed_attr = "embed_in"
     final_norm_attr = "final_layer_norm"
+    tiny_gqa = False
+
+    @classmethod
+    def tiny_config(cls, gqa=False):
+        import transformers as tf
+
+        c = {k: v for k, v in cls.tiny_common(gqa).items() if k != "num_key_value_heads"}
+        return tf.GPTNeoXConfig(**c, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                      "partial_rotary_factor": 0.5})
 
     def sliding(self):
         return None, ()

@@ -7,6 +7,12 @@ class MistralAdapter(Adapter):
     model_types = ("mistral",)
     family = "mistral"
 
+    @classmethod
+    def tiny_config(cls, gqa=False):
+        import transformers as tf
+
+        return tf.MistralConfig(**cls.tiny_common(gqa), sliding_window=8)
+
     def sliding(self):
         window = getattr(self.config, "sliding_window", None)
         if window is None:

@@ -14,5 +14,11 @@ class Olmo2Adapter(Adapter):
     attn_out_norm_attr = "post_attention_layernorm"
     mlp_out_norm_attr = "post_feedforward_layernorm"
 
+    @classmethod
+    def tiny_config(cls, gqa=False):
+        import transformers as tf
+
+        return tf.Olmo2Config(**cls.tiny_common(gqa))
+
     def qk_norm(self):
         return True
