@@ -22,7 +22,7 @@ EXAMPLES = {
                          "interp detect induction --model tiny-gpt2 --sweep --out runs/ind"],
     "detect copy-suppression": ["interp detect copy-suppression --model tiny-qwen2 --n-texts 64 --seq-len 128",
                                 "interp detect copy-suppression --texts docs.txt --candidates 3"],
-    "ablate": ["interp ablate --heads retrieval --out runs/demo",
+    "ablate": ["interp ablate --heads retrieval --random-pool any --out runs/demo",
                "interp ablate --heads retrieval --from runs/ret --draws 5 --random-pool any",
                "interp ablate --heads retrieval --from runs/ret --curve keep --ks 0,1,2,4,8,16",
                "interp ablate --heads L2H4,L2H5 --prompts prompts.jsonl --metric logit_diff --csv",
