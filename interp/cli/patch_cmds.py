@@ -87,7 +87,9 @@ def _check_method_options(ctx, method: str, via: str, receivers: Optional[str]) 
 def patch(ctx: typer.Context, model: Optional[str] = MODEL,
           pairs: Optional[str] = typer.Option(None, "--pairs", help='JSONL: {"clean": ..., "corrupt": ..., "answer": '
                                               '" X", "wrong": " Y"} per line; clean and corrupt of a pair must '
-                                              "tokenise to the same length."),
+                                              'tokenise to the same length. Optional "anchor": text of the clean '
+                                              "prompt or a token index (BOS included; negative from the end), "
+                                              "position 0 under --align anchor."),
           task: Optional[str] = typer.Option(None, "--task", help="Built-in pairs instead of --pairs: niah (needle "
                                              "value replaced; the default) | repeated (first copy corrupted at one "
                                              "position: induction) | ioi (indirect object identification, "
@@ -104,7 +106,7 @@ def patch(ctx: typer.Context, model: Optional[str] = MODEL,
           raw: bool = typer.Option(False, "--raw", help="Report the raw metric, not (patched - base) / (donor - base)."),
           align: str = typer.Option("end", "--align", help="Position axis: end (-1 = last token) | anchor (0 = each "
                                     "pair's anchor: the needle value (niah), the corrupted token (repeated), the "
-                                    "indirect object's first mention (ioi))."),
+                                    "indirect object's first mention (ioi), each line's \"anchor\" (--pairs))."),
           positions: Optional[str] = typer.Option(None, "--positions", help="Only these positions of the axis, e.g. "
                                                   "-1 or -3,-2,-1 (default: all)."),
           max_batch: Optional[int] = typer.Option(None, "--max-batch", min=1, help="(pair, cell) rows per forward pass "

@@ -27,15 +27,33 @@ def _nan(grid):
 
 
 def _position_labels(result: dict, positions: list[int]) -> list[str]:
-    """'-3 the', '0 Oscar': each label with the clean token most pairs have there (the `tokens` lists
-    are indexed like the position axis of every per-position site)."""
+    """One tick label per position of the axis: the offset ('-3'), followed by the clean token only where
+    every pair has that position and the same clean token there ('-3 the'; what a token under a cell means
+    when pairs differ in length or content: the tokens of some pairs are not those of the others), and by
+    '[k/N]' where only k of the N pairs reach the position (the `tokens` lists are indexed like the position
+    axis of every per-position site; "" where a pair has no token)."""
     toks = result["tokens"]["clean"]
+    n_all = len(toks)
     out = []
     for i, p in enumerate(positions):
         words = [t[i] for t in toks if i < len(t) and t[i]]
-        w = Counter(words).most_common(1)[0][0] if words else ""
-        out.append(f"{p} {w.strip() or repr(w)}" if words else str(p))
+        label = str(p)
+        if words and len(words) == n_all and len(set(words)) == 1:
+            label += f" {words[0].strip() or repr(words[0])}"
+        if len(words) < n_all:
+            label += f" [{len(words)}/{n_all}]"
+        out.append(label)
     return out
+
+
+def _axis_note(result: dict, positions: list[int]) -> str:
+    """What the position ticks show, for the axis title."""
+    n_all = len(result["tokens"]["clean"])
+    lengths = set(result.get("pair_lengths") or [])
+    note = "token shown where every pair has the same clean token"
+    if n_all > 1 and (len(lengths) > 1 or result.get("align") == "anchor"):
+        note += "; [k/N]: only k of the N pairs have the position"
+    return f"position ({result['align']}-aligned): {note}"
 
 
 @reads_result
@@ -66,8 +84,10 @@ def patching_heatmaps(result: dict) -> dict:
         if axes == ["layer", "position"]:
             x = _position_labels(result, g["positions"])
             fig = go.Figure(go.Heatmap(z=z, x=x, colorscale="RdBu", zmid=0, **rng, colorbar=bar,
-                                       hovertemplate="layer %{y}, position %{x}: %{z:.3f}<extra></extra>"))
-            fig.update_layout(xaxis_title=f"position ({result['align']}-aligned) and clean token", yaxis_title="layer",
+                                       customdata=_nan(g["n_pairs"]),
+                                       hovertemplate="layer %{y}, position %{x}: %{z:.3f} (mean over %{customdata} "
+                                                     "pairs)<extra></extra>"))
+            fig.update_layout(xaxis_title=_axis_note(result, g["positions"]), yaxis_title="layer",
                               yaxis_dtick=1)
         elif axes in (["layer", "head"], ["layer", "kv_head"]):
             fig = go.Figure(go.Heatmap(z=z, colorscale="RdBu", zmid=0, **rng, colorbar=bar,
@@ -82,7 +102,7 @@ def patching_heatmaps(result: dict) -> dict:
                                        y=_position_labels(result, g["positions"]), colorscale="RdBu", zmid=0, **rng,
                                        colorbar=bar,
                                        hovertemplate="%{x}, position %{y}: %{z:.3f}<extra></extra>"))
-            fig.update_layout(xaxis_title="head", yaxis_title="position")
+            fig.update_layout(xaxis_title="head", yaxis_title=_axis_note(result, g["positions"]))
         fig.update_layout(title=title)
         figs[f"patching_{name}"] = fig
     return figs

@@ -51,9 +51,39 @@ def _single(tok, text: str, where: str, field: str) -> int:
     return int(ids[0])
 
 
+def _anchor(obj: dict, clean: list[int], tokenizer, where: str) -> int | None:
+    """The token index of a pair line's optional "anchor": an int indexes the clean prompt's tokens as interp
+    tokenises them (BOS included when the tokenizer adds one; negative counts from the end, -1 = the last
+    token); a string is text whose tokens must occur in the clean prompt: the anchor is the first token of
+    their first occurrence."""
+    a = obj.get("anchor")
+    if a is None:
+        return None
+    n = len(clean)
+    if isinstance(a, bool) or not isinstance(a, (int, str)) or (isinstance(a, str) and not a):
+        raise InvalidInputError(f'{where}: "anchor" must be a token index (an integer) or a non-empty string of '
+                                f"the clean prompt, got {a!r}")
+    if isinstance(a, int):
+        if not -n <= a < n:
+            raise InvalidInputError(f'{where}: "anchor" {a} is outside the clean prompt\'s {n} tokens '
+                                    f"(0..{n - 1}, or -{n}..-1 from the end)")
+        return a % n
+    ids = list(tokenizer(a, add_special_tokens=False)["input_ids"])
+    for i in range(n - len(ids) + 1):
+        if ids and clean[i:i + len(ids)] == ids:
+            return i
+    from interp.experiments.tasks import token_split
+
+    raise InvalidInputError(f'{where}: "anchor" {a!r} ({token_split(tokenizer, ids)}) does not occur in the '
+                            "clean prompt's tokens; give text as it is tokenised in the prompt (often with its "
+                            "leading space) or a token index")
+
+
 def read_pairs(path: str | Path, tokenizer) -> list[PatchPair]:
     """JSONL `{"clean": ..., "corrupt": ..., "answer": " X", "wrong": " Y"}` per line -> pairs (BOS added
-    when the tokenizer adds one). Errors name the line (and both token counts on a length mismatch)."""
+    when the tokenizer adds one), with an optional "anchor" per line (a token index or text of the clean prompt,
+    `_anchor`: what `align="anchor"` puts at position 0). Errors name the line (and both token counts on a
+    length mismatch)."""
     from interp.tasks.jsonl import jsonl_records
     from interp.tasks.niah import _bos
 
@@ -74,7 +104,7 @@ def read_pairs(path: str | Path, tokenizer) -> list[PatchPair]:
             raise InvalidInputError(f"{where}: answer {obj['answer']!r} and wrong {obj['wrong']!r} are the same token "
                                     f"(id {answer}): the metric (answer - wrong) is 0 by construction, whatever the "
                                     f"model does; give the corrupt prompt's own answer as wrong")
-        pairs.append(PatchPair(clean, corrupt, answer, wrong, where))
+        pairs.append(PatchPair(clean, corrupt, answer, wrong, where, anchor=_anchor(obj, clean, tokenizer, where)))
     if not pairs:
         raise InvalidInputError(f"pairs file {path} has no pairs")
     return pairs

@@ -327,7 +327,10 @@ def _position_axis(pairs, config, lengths: np.ndarray) -> tuple[np.ndarray, np.n
     if config.align == "anchor":
         missing = [p.source or str(i) for i, p in enumerate(pairs) if p.anchor is None]
         if missing:
-            raise InvalidInputError(f"align='anchor' needs an anchor token in every pair; missing in {missing[:3]}")
+            raise InvalidInputError(f"align='anchor' needs an anchor token in every pair; missing in {missing[:3]}"
+                                    f"{'' if len(missing) <= 3 else f' and {len(missing) - 3} more'} (a pairs "
+                                    'file gives it as an "anchor" field per line: a token index or text of the '
+                                    "clean prompt)")
         anchors = np.array([p.anchor for p in pairs])
     else:
         anchors = lengths

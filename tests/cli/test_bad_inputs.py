@@ -61,6 +61,11 @@ CASES = [  # (command line, text the one-line error must contain)
     ("patch --pairs {badjson}", ":1: not valid JSON"),
     ("patch --pairs {pairs_shape}", "missing or empty string field(s)"),
     ("patch --pairs {empty}", "has no pairs"),
+    ("patch --pairs {pairs_badanchor} --align anchor", "\"anchor\" ' Zebra' (this model's tokenizer"),
+    ("patch --pairs {pairs_badanchor} --align anchor", "does not occur in the clean prompt's tokens"),
+    ("patch --pairs {pairs_anchor_range} --align anchor", "\"anchor\" 99 is outside the clean prompt's"),
+    ("patch --pairs {pairs_anchor_type} --align anchor", "\"anchor\" must be a token index (an integer) or"),
+    ("patch --pairs {pairs_noanchor} --align anchor", 'a pairs file gives it as an "anchor" field per line'),
     ("patch --pairs {badjson} --task niah", "not both"),
     ("cache --data {nonutf8}", "--data file"),
     ("cache --data {badjson_data}", ":1: not valid JSON"),
@@ -392,6 +397,11 @@ def files(tmp_path_factory):
                                   "wrong": " blue"}) + "\n", ".jsonl")
     put("heads_other_model", json.dumps({"model": "tiny-llama", "heads": ["L0H0"]}), ".json")
     put("pairs_shape", '{"clean": 3}\n', ".jsonl")
+    pair = {"clean": "The red door is open. The door is", "corrupt": "The blue door is open. The door is",
+            "answer": " red", "wrong": " blue"}
+    for name, anchor in (("pairs_badanchor", " Zebra"), ("pairs_anchor_range", 99), ("pairs_anchor_type", [1])):
+        put(name, json.dumps({**pair, "anchor": anchor}) + "\n", ".jsonl")
+    put("pairs_noanchor", json.dumps({**pair, "anchor": " red"}) + "\n" + json.dumps(pair) + "\n", ".jsonl")
     put("badjson_data", "{bad\n", ".jsonl")
     put("nokey_data", '{"body": "hello there"}\n', ".jsonl")
     put("afile", "x")

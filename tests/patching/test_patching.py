@@ -441,3 +441,91 @@ def test_prob_and_kl_metrics_by_hand():
         from interp.patching import run_attribution
 
         run_attribution(model, pairs, PatchingConfig(metric="kl"), method="atp")
+
+
+UNEQUAL = [("The secret code of the green lantern is {}. What is the secret code of the green lantern? It is",
+            " Oscar", " Victor"),
+           ("The red door has the number {} in the old town. The number of the red door is", " seven", " three"),
+           ("Note: the colour of the box is {}, keep it safe. The colour of the box is", " green", " blue")]
+
+
+def _write_pairs(path, anchors=None):
+    rows = [{"clean": t.format(a.strip()), "corrupt": t.format(w.strip()), "answer": a, "wrong": w}
+            for t, a, w in UNEQUAL]
+    for r, a in zip(rows, anchors or [None] * len(rows)):
+        if a is not None:
+            r["anchor"] = a
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return rows
+
+
+def test_pairs_file_anchor_aligns_positions_on_each_pairs_anchor(tmp_path, capsys):
+    """An "anchor" per line of a pairs file (text of the clean prompt or a token index, negative from the end):
+    `--align anchor` puts it at position 0 of every pair; the axis and each cell's values checked against the
+    token indices worked out here from the tokenizer and against the end-aligned run of the same pairs."""
+    f = tmp_path / "pairs.jsonl"
+    rows = _write_pairs(f, [" Oscar", 3, -5])
+    runs = {}
+    for align in ("anchor", "end"):
+        o = tmp_path / align
+        code, _, err = run_cli(["patch", "--model", "tiny-llama", "--pairs", str(f), "--site", "resid_pre", "--raw",
+                                "--align", align, "--out", str(o)], capsys)
+        assert code == 0, err
+        runs[align] = json.loads((o / "patching.json").read_text())
+    tok = interp.load_model("tiny-llama").tokenizer
+    bos = [tok.bos_token_id] if tok("a")["input_ids"][0] == tok.bos_token_id else []
+    ids = [bos + tok(r["clean"], add_special_tokens=False)["input_ids"] for r in rows]
+    oscar = tok(" Oscar", add_special_tokens=False)["input_ids"]
+    anchors = [ids[0].index(oscar[0]), 3, len(ids[2]) - 5]  # by hand: first " Oscar", index 3, 5th from the end
+    lengths = [len(x) for x in ids]
+    a, e = runs["anchor"], runs["end"]
+    assert a["pair_lengths"] == e["pair_lengths"] == lengths and len(set(lengths)) > 1
+    pos = a["sites"]["resid_pre"]["positions"]
+    assert pos == list(range(-max(anchors), max(n - k for n, k in zip(lengths, anchors))))
+    zero = pos.index(0)
+    assert [t[zero] for t in a["tokens"]["clean"]] == [tok.decode([x[k]]) for x, k in zip(ids, anchors)]
+    pa, pe = (np.array(r["sites"]["resid_pre"]["per_pair"], dtype=float) for r in (a, e))
+    epos = e["sites"]["resid_pre"]["positions"]
+    for p, (n, k) in enumerate(zip(lengths, anchors)):
+        for j, off in enumerate(pos):
+            i = k + off  # the token index of this cell in pair p
+            if 0 <= i < n:
+                np.testing.assert_allclose(pa[p, :, j], pe[p, :, epos.index(i - n)], atol=1e-5)
+            else:
+                assert np.isnan(pa[p, :, j]).all()
+    saved = [json.loads(x)["anchor"] for x in (tmp_path / "anchor" / "pairs.jsonl").read_text().splitlines()]
+    assert saved == anchors
+
+
+def test_unequal_pairs_label_positions_by_offset_unless_every_pair_shares_the_token(tmp_path, capsys):
+    """End-aligned pairs of different lengths: a tick names a clean token only where every pair has that position
+    and the same token there, and says [k/N] where only k of the N pairs reach it; the figure says so."""
+    from interp.figures.patching import _position_labels, patching_heatmaps
+
+    f = tmp_path / "pairs.jsonl"
+    _write_pairs(f)
+    o = tmp_path / "p"
+    code, _, err = run_cli(["patch", "--model", "tiny-llama", "--pairs", str(f), "--site", "resid_pre", "--out",
+                            str(o)], capsys)
+    assert code == 0, err
+    d = json.loads((o / "patching.json").read_text())
+    pos, toks = d["sites"]["resid_pre"]["positions"], d["tokens"]["clean"]
+    labels = _position_labels(d, pos)
+    n_pairs = np.array(d["sites"]["resid_pre"]["n_pairs"])[0]
+    shared = seen_varied = seen_partial = 0
+    for j, (p, lab) in enumerate(zip(pos, labels)):
+        words = [t[j] for t in toks if t[j]]
+        assert len(words) == n_pairs[j]  # the CSV's / JSON's n_pairs is the number of pairs with a token there
+        if len(words) == 3 and len(set(words)) == 1:
+            assert lab == f"{p} {words[0].strip()}"
+            shared += 1
+        elif len(words) == 3:
+            assert lab == str(p)
+            seen_varied += 1
+        else:
+            assert lab == f"{p} [{len(words)}/3]"
+            seen_partial += 1
+    assert labels[-1] == "-1 is" and shared and seen_varied and seen_partial
+    fig = patching_heatmaps(d)["patching_resid_pre"]
+    assert list(fig.data[0].x) == labels
+    assert "[k/N]: only k of the N pairs have the position" in fig.layout.xaxis.title.text
