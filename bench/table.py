@@ -1,9 +1,11 @@
 #!/usr/bin/env python
-"""The README's performance table, computed from the committed bench/results/*.json (nothing typed by hand).
+"""The performance table of docs/benchmarks.md, computed from the committed bench/results/*.json (nothing typed
+by hand).
 
 Every row is a ratio of two times (or memories) measured in the same run, with the JSON it comes from and
-the command that wrote that JSON. `python bench/table.py` prints the table; the README holds it between
-the markers `<!-- perf-table -->` and `<!-- /perf-table -->`, and a test checks the two agree.
+the command that wrote that JSON. `python bench/table.py` prints the table; docs/benchmarks.md holds it between
+the markers `<!-- perf-table -->` and `<!-- /perf-table -->`, and a test checks the two agree (and that the
+README's short summary quotes the table's numbers).
 """
 
 from __future__ import annotations

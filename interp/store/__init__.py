@@ -4,6 +4,7 @@
                                            interp.store.CacheConfig(sites=("resid", "attn_out")))
     store = interp.store.open_store("runs/store")
     x = store.get("L3.resid_pre", 0, 4096)          # torch tensor of tokens [0, 4096)
+    x = store["L3.resid_pre", 0:4096]               # the same; store["L3.resid_pre"]: every token
     for shard, t in store.iter_shards("L3.resid_pre"): ...
     np.load("runs/store/shards/00000/L3.resid_pre.npy", mmap_mode="r")   # any reader, no interp
 

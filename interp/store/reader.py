@@ -16,7 +16,8 @@ class ActivationStore:
     """A store written by `interp cache` / `cache_activations`; nothing is read until asked.
 
     Rows are tokens (real tokens only, sequences in order, each sequence's tokens in order).
-    `store.get("L3.resid_pre", start, stop)` -> torch tensor of that token range;
+    `store.get("L3.resid_pre", start, stop)` (or `store["L3.resid_pre", start:stop]`; `store["L3.resid_pre"]`:
+    every token) -> torch tensor of that token range;
     `store.iter_shards(site)` -> (shard entry, tensor) per shard, the tensor a copy-on-write view of
     the file (no RAM until touched); `store.numpy(site, shard)` -> read-only np.memmap;
     `store.meta("positions")` -> per-token metadata over all shards (small integer arrays).
@@ -159,6 +160,22 @@ class ActivationStore:
             shape = self.site_shape(site) if site in self.manifest["sites"] else ()
             return torch.from_numpy(np.empty((0, *shape), dtype=self._dtype(site)))
         return torch.cat(parts)
+
+    def __getitem__(self, key):
+        """`store["L3.resid_pre"]` (or an interp Site): every token of the site, `get(site)`;
+        `store["L3.resid_pre", a:b]`: tokens [a, b) (`get(site, a, b)`; a slice without a step, negative ends
+        counted from the end as in Python)."""
+        site, rows = key if isinstance(key, tuple) and len(key) == 2 else (key, slice(None))
+        if isinstance(key, tuple) and len(key) != 2:
+            raise InvalidInputError(f"store[...] takes a site or (site, token slice), got {len(key)} items")
+        if not isinstance(rows, slice) or rows.step not in (None, 1):
+            raise InvalidInputError(f"store[site, rows]: rows must be a slice of tokens without a step (a:b), "
+                                    f"got {rows!r}")
+        name = self.check_site(site)
+        if name not in self.manifest["sites"]:
+            raise InvalidInputError(f"{name!r} is metadata of store {self.path}: read it with store.meta({name!r})")
+        start, stop, _ = rows.indices(self.n_tokens)
+        return self.get(name, start, max(start, stop))
 
     def _dtype(self, name):
         return self.manifest["sites"][name]["dtype"] if name in self.manifest["sites"] else META_ARRAYS[name]

@@ -2,6 +2,7 @@
 single writer, clear errors on bad input with nothing overwritten."""
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -240,3 +241,23 @@ def test_probe_refuses_a_store_of_another_model(ckpt, model, tmp_path):
         run_probes(store, ProbeConfig(heads=False), model=model)
     with pytest.raises(StoreError, match="no such store"):
         open_store(tmp_path / "nope")
+
+
+def test_store_indexing_by_site_and_token_slice(model, tmp_path):
+    """store[site] is every token of the site, store[site, a:b] tokens [a, b) (across shards), equal to get();
+    metadata names, steps and unknown sites are refused by name."""
+    cfg = CacheConfig(sites=("resid",), shard_sequences=2, batch_size=2, max_length=16)
+    store = cache_activations(model, TextList(TEXTS), tmp_path / "s", cfg)
+    site = "L1.resid_pre"
+    full = torch.cat([t for _, t in store.iter_shards(site)])
+    assert len(store.shards) > 1 and full.shape[0] == store.n_tokens
+    torch.testing.assert_close(store[site], full, rtol=0, atol=0)
+    torch.testing.assert_close(store[interp.Site(1, "resid_pre")], full, rtol=0, atol=0)
+    a, b = store.shards[1]["tok_start"] - 2, store.shards[1]["tok_start"] + 3  # across a shard boundary
+    torch.testing.assert_close(store[site, a:b], full[a:b], rtol=0, atol=0)
+    torch.testing.assert_close(store[site, -4:], full[-4:], rtol=0, atol=0)
+    assert store[site, 5:2].shape[0] == 0
+    for key, msg in (("L9.resid_pre", "is not in store"), ("tokens", "store.meta('tokens')"),
+                     ((site, slice(0, 4, 2)), "without a step"), ((site, 3), "must be a slice")):
+        with pytest.raises(interp.InvalidInputError, match=re.escape(msg)):
+            store[key]
