@@ -63,10 +63,32 @@ def resolve(name: str) -> tuple[str, str]:
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise ModelNotFoundError(f"no such model directory: {name}")
     if "/" not in name:
+        near = close_names(name)
         raise ModelNotFoundError(
+            f"unknown model {name!r}; did you mean {near[0]!r}? (`interp models` lists every alias)" if near else
             f"unknown model {name!r}: not an alias (run `interp models`), not a directory, not a Hub id (owner/name)"
         )
     return "hub", name
+
+
+def model_names() -> list[str]:
+    """Every name `resolve` knows without looking at the disk or the Hub: bundled organisms, fetchable real models,
+    Hub aliases, minilm-l6 and the tiny-random-* test models."""
+    from interp.models.catalog import bundled_models
+    from interp.models.fetch import FETCHABLE
+    from interp.models.tiny import TINY_FAMILIES
+
+    return sorted({*bundled_models(), *FETCHABLE, *HUB_ALIASES, "minilm-l6", *(f"tiny-random-{f}" for f in TINY_FAMILIES)})
+
+
+def close_names(name: str, n: int = 1) -> list[str]:
+    """The known model names closest to a mistyped one (difflib, case-insensitive), best first; [] when none is
+    close."""
+    import difflib
+
+    names = model_names()
+    lower = {x.lower(): x for x in names}
+    return [lower[x] for x in difflib.get_close_matches(name.lower(), list(lower), n=n, cutoff=0.75)]
 
 
 def _materialised(name: str) -> tuple[str, str]:
