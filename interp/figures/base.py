@@ -40,12 +40,32 @@ def ci_error_y(estimates) -> dict:
             "arrayminus": [0 if e["lo"] is None else e["mean"] - e["lo"] for e in estimates]}
 
 
+ROW_PX = 18  # plot height per layer row: a tick label of plotly's 12-px font each, with room between them
+PLOT_MARGIN_PX = 200  # title, x axis and its title, margins
+
+
+def layer_rows_height(n_rows: int, minimum: int = 450) -> int:
+    """The figure height at which a heatmap of `n_rows` layer rows shows every row's tick legibly (plotly's default
+    450 px leaves about 8 px per row of a 30-layer model, and the labels overlap)."""
+    return max(minimum, PLOT_MARGIN_PX + ROW_PX * int(n_rows))
+
+
 def head_grid_axes(fig, n_heads: int, n_layers: int, head_title: str = "query head") -> None:
-    """Integer ticks (every one while they fit) on a layer x head grid, layer 0 at the bottom."""
+    """Integer ticks (every one while they fit) on a layer x head grid, layer 0 at the bottom; the figure tall
+    enough for every layer's tick (`layer_rows_height`)."""
     fig.update_layout(xaxis={"title": head_title, "tickmode": "linear", "tick0": 0,
                              "dtick": 1 if n_heads <= 32 else max(1, n_heads // 16)},
                       yaxis={"title": "layer", "tickmode": "linear", "tick0": 0,
-                             "dtick": 1 if n_layers <= 32 else max(1, n_layers // 16)})
+                             "dtick": 1 if n_layers <= 64 else max(1, n_layers // 32)},
+                      height=layer_rows_height(min(n_layers, 64)))
+
+
+def wrap_title(text: str, width: int = 110) -> str:
+    """A long figure title broken into lines (plotly does not wrap titles: a long one is cut at the figure's
+    edge)."""
+    import textwrap
+
+    return "<br>".join(textwrap.wrap(text, width)) or text
 
 
 ROLE_COLORS = {"baseline": "#9e9e9e", "target": "#d62728", "control": "#4c78a8", "pooled": "#1f3b63"}

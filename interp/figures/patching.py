@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from interp.figures.base import ci_error_y, reads_result
+from interp.figures.base import ci_error_y, layer_rows_height, reads_result, wrap_title
 
 
 def _mean(xs) -> float:
@@ -88,12 +88,12 @@ def patching_heatmaps(result: dict) -> dict:
                                        hovertemplate="layer %{y}, position %{x}: %{z:.3f} (mean over %{customdata} "
                                                      "pairs)<extra></extra>"))
             fig.update_layout(xaxis_title=_axis_note(result, g["positions"]), yaxis_title="layer",
-                              yaxis_dtick=1)
+                              yaxis_dtick=1, height=layer_rows_height(len(z)))
         elif axes in (["layer", "head"], ["layer", "kv_head"]):
             fig = go.Figure(go.Heatmap(z=z, colorscale="RdBu", zmid=0, **rng, colorbar=bar,
                                        hovertemplate="layer %{y} head %{x}: %{z:.3f}<extra></extra>"))
             fig.update_layout(xaxis_title="key-value head" if axes[1] == "kv_head" else "query head",
-                              yaxis_title="layer", xaxis_dtick=1, yaxis_dtick=1)
+                              yaxis_title="layer", xaxis_dtick=1, yaxis_dtick=1, height=layer_rows_height(len(z)))
         else:  # layer x position x head: heads of every layer side by side, positions down
             L, P = len(z), len(z[0])
             H = len(z[0][0])
@@ -102,8 +102,9 @@ def patching_heatmaps(result: dict) -> dict:
                                        y=_position_labels(result, g["positions"]), colorscale="RdBu", zmid=0, **rng,
                                        colorbar=bar,
                                        hovertemplate="%{x}, position %{y}: %{z:.3f}<extra></extra>"))
-            fig.update_layout(xaxis_title="head", yaxis_title=_axis_note(result, g["positions"]))
-        fig.update_layout(title=title)
+            fig.update_layout(xaxis_title="head", yaxis_title=_axis_note(result, g["positions"]),
+                              height=layer_rows_height(P))
+        fig.update_layout(title=wrap_title(title))
         figs[f"patching_{name}"] = fig
     return figs
 

@@ -178,7 +178,18 @@ def _table(folder: Path, stem: str, d: dict) -> str:
     note = (f"<p class='note'>{len(df)} of {len(full)} rows; all in <a href='{_esc(f.name)}'>{_esc(f.name)}</a>"
             "</p>" if len(df) < len(full) else "")
     return ("<div class='table'>" + df.to_html(index=False, classes="headline", border=0, na_rep="",
-                                               float_format=lambda v: f"{v:.4g}") + "</div>" + note)
+                                               float_format=table_number) + "</div>" + note)
+
+
+def table_number(v: float) -> str:
+    """A number as a report table shows it: whole numbers whole (a layer, a count: 3, not 3.0), three significant
+    digits below 1000 (0.00981, 2.0, 0.0001), none after the point above (12345); the CSV keeps every digit."""
+    v = float(v)
+    if v != v:
+        return ""
+    if v.is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.3g}"
 
 
 def _tests(stem: str, d: dict) -> str:
