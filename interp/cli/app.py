@@ -155,21 +155,21 @@ def info(model: Optional[str] = MODEL, as_json: bool = JSON,
          config_only: bool = typer.Option(False, "--config-only", help="Read only config.json (no weights); the RoPE "
                                            "frequencies then come from a meta-device model.")):
     """Show a model's ModelSpec: geometry, GQA grouping, RoPE frequencies and layout."""
-    from interp.models.loading import load_model, spec_from_config
+    from interp.models.spec_cache import spec_info
 
     name = model_label(model)
-    spec = spec_from_config(name) if config_only else load_model(name, device="cpu").spec
-    d = spec.to_dict()
+    # kept in interp's cache for a model on disk while its files and interp's code stay the same: a repeated
+    # call reads it back instead of importing torch and transformers (interp.models.spec_cache)
+    entry = spec_info(name, config_only, with_source=as_json)
+    d = entry["spec"]
     if as_json:
-        from interp.models.loading import config_source
-
-        typer.echo(dumps({"model": name, "config_source": config_source(name), "spec": d}, indent=2))
+        typer.echo(dumps({"model": name, "config_source": entry["config_source"], "spec": d}, indent=2))
         return
     from rich.table import Table
 
     from interp.cli.output import stdout_console
 
-    t = Table(title=f"{name}: {spec.architecture}")
+    t = Table(title=f"{name}: {d['architecture']}")
     t.add_column("field")
     t.add_column("value")
     for k, v in d.items():
@@ -182,7 +182,7 @@ def info(model: Optional[str] = MODEL, as_json: bool = JSON,
             if not v:
                 continue
             v = "; ".join(f"{lt}: {_rope_line(r)}" for lt, r in v.items())
-        t.add_row(k, str(v))
+        t.add_row(k, str(tuple(v) if isinstance(v, list) else v))  # the spec's tuples, also when read back as lists
     stdout_console().print(t)
 
 

@@ -8,13 +8,22 @@ import contextlib
 import os
 from pathlib import Path
 
-import torch
+from typing import TYPE_CHECKING
 
 from interp.models.catalog import (DEFAULT_MODEL, HUB_ALIASES, ModelEntry, bundled_models, data_dir,  # noqa: F401
                       list_models, minilm_path)
 from interp.errors import InvalidInputError, ModelNotFoundError, UnsupportedModelError
-from interp.runtime.devices import resolve_device
-from interp.runtime.precision import DTYPES, choose_dtype
+
+if TYPE_CHECKING:  # torch loads with the first model, not with the names: `resolve` (and `interp info`'s cache) run without it
+    import torch
+
+
+def __getattr__(name: str):
+    if name == "DTYPES":  # the dtype names load_model takes (interp.runtime.precision, which imports torch)
+        from interp.runtime.precision import DTYPES
+
+        return DTYPES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")  # accelerate's big-model strategies
 
@@ -180,6 +189,8 @@ def default_dtype(device: torch.device | None, device_map=None, cuda_available: 
     """The model dtype when none is given: bfloat16 on a GPU (what 7B checkpoints ship in; half the memory of
     float32), float32 on CPU (where bf16 matmuls are slow and the tests' tolerances are float32's). With a
     device map: bfloat16 when CUDA is present (the layers go to the GPUs first)."""
+    import torch
+
     if device_map is not None:
         return torch.bfloat16 if cuda_available else torch.float32
     return torch.float32 if (device is None or device.type == "cpu") else torch.bfloat16
@@ -241,8 +252,12 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | N
     device or offloaded (accelerate's hooks run around the same attention call). attn_implementation
     overrides the adapter's default (sdpa; eager for Gemma-2's softcap).
     """
+    import torch
+
     from interp.models.adapters import adapter_class
     from interp.models.model import Model
+    from interp.runtime.devices import resolve_device
+    from interp.runtime.precision import DTYPES, choose_dtype
 
     if isinstance(dtype, str):
         dtype = dtype.strip()
@@ -351,6 +366,7 @@ def spec_from_config(name: str):
 def meta_adapter(config):
     """The adapter of a model built from `config` on the meta device (no weights, no RAM); its rotary
     module is materialised on CPU so the spec has the scaled frequencies."""
+    import torch
     import transformers as tf
 
     from interp.models.adapters import adapter_class

@@ -187,3 +187,60 @@ def test_layer_wildcard_is_every_head_of_that_layer():
     assert (model.spec.n_layers, model.spec.n_heads) == (3, 4)
     assert resolve_heads("L2H*", model).heads == tuple(HeadId(2, h) for h in range(4))
 
+
+
+def test_info_keeps_the_spec_and_rebuilds_it_when_the_checkpoint_changes(tmp_path, monkeypatch, capsys):
+    """`interp info` of a model on disk keeps its spec in interp's cache: a second call prints the same without
+    loading anything; a changed config.json, a damaged cache entry, or --config-only (its own entry) build it
+    again."""
+    import interp.models.loading as loading
+
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))
+    ck = tmp_path / "ck"
+    _save_tiny(ck)
+    first = [run_cli(["info", "-m", str(ck), *a], capsys) for a in ([], ["--json"])]
+    assert all(code == 0 for code, _, _ in first)
+    assert len(list((tmp_path / "cache" / "specs").glob("*.json"))) == 1
+
+    def refuse(*a, **k):
+        raise AssertionError("the spec was built again")
+
+    with monkeypatch.context() as m:
+        for f in ("load_model", "spec_from_config", "load_config", "config_source"):
+            m.setattr(loading, f, refuse)
+        again = [run_cli(["info", "-m", str(ck), *a], capsys) for a in ([], ["--json"])]
+    assert again == first  # the same table and JSON, config_source included
+    assert json.loads(again[1][1])["spec"]["n_kv_heads"] == 2
+
+    cfg = json.loads((ck / "config.json").read_text())
+    (ck / "config.json").write_text(json.dumps({**cfg, "rope_parameters": {**cfg["rope_parameters"],
+                                                                          "rope_theta": 12345.0}}))
+    code, out, _ = run_cli(["info", "-m", str(ck), "--json"], capsys)
+    assert code == 0 and json.loads(out)["spec"]["rope"]["theta"] == 12345.0  # read again, not the kept spec
+    for f in (tmp_path / "cache" / "specs").glob("*.json"):
+        f.write_text("{damaged")
+    code, out, _ = run_cli(["info", "-m", str(ck), "--json"], capsys)
+    assert code == 0 and json.loads(out)["spec"]["rope"]["theta"] == 12345.0
+    code, out, _ = run_cli(["info", "-m", str(ck), "--config-only", "--json"], capsys)
+    assert code == 0 and json.loads(out)["spec"]["rope"]["theta"] == 12345.0
+
+
+def test_info_read_back_imports_neither_torch_nor_transformers(tmp_path):
+    """The second `interp info` of a bundled model reads the kept spec: no torch, no transformers (most of a
+    first call's time)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import sys; from interp.cli import main; sys.argv = ['interp', 'info', '-m', 'tiny-llama']\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "print('HEAVY', 'torch' in sys.modules, 'transformers' in sys.modules)")
+    env = {**os.environ, "INTERP_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    runs = [subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=300) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[-1].stderr[-2000:]
+    assert runs[0].stdout.splitlines()[-1] == "HEAVY True True"  # the first call builds the spec
+    assert runs[1].stdout.splitlines()[-1] == "HEAVY False False"
+    assert runs[0].stdout.splitlines()[:-1] == runs[1].stdout.splitlines()[:-1]
