@@ -6,6 +6,11 @@ flash_attention_2, flex_attention, ...), a wrapper named ``interp|BASE`` in tran
 then switches the model to it. With no intervention active the wrapper calls BASE unchanged,
 so sdpa/flash stay in use and logits are bit-identical to plain transformers.
 
+Key windows (`restricts_keys`, keywindow.py): after the editors, every such intervention names the (row,
+query head) pairs it restricts to S sink tokens and a window of W recent keys (`key_window`); the wrapper
+puts them on the call (`call.windows`, which observers such as attention rows apply) and, after the base
+attention, recomputes those pairs' outputs under their windows.
+
 When interventions are active, the wrapper hands them, per layer and per call:
   q [batch, n_heads, q_len, head_dim]   (post-RoPE, post-QK-norm)
   k, v [batch, n_kv_heads, k_len, head_dim]  (after the KV-cache update: every cached key)
@@ -32,6 +37,8 @@ from typing import Any, Callable
 
 import torch
 
+from interp.hooks.keywindow import windowed_out
+
 PREFIX = "interp|"
 
 
@@ -48,6 +55,8 @@ class AttnCall:
     batch_start: int  # index of this call's first row in the full batch (chunked forwards)
     q_len: int
     k_len: int
+    pads: torch.Tensor | None = None  # [batch] first real (unpadded) token of each row, when the Model knows it
+    windows: tuple = ()  # KeyWindow restrictions active in this call (keywindow.py): observers apply them too
 
     def local_rows(self, rows, batch_size: int) -> torch.Tensor | None:
         """Map global batch rows to indices in this call's batch; None means every row."""
@@ -160,6 +169,7 @@ class InterceptState:
     site_dispatch: dict = field(default_factory=dict)
     calls: list = field(default_factory=list)  # per layer: attention calls the wrapper saw with interventions active
     skipped: list = field(default_factory=list)  # per layer: passes that skipped the layer on purpose (patching.skip)
+    pads: Any = None  # [batch] first real token of each row of the running forward (set by interp.Model)
 
     def __post_init__(self):
         self.calls = [0] * self.spec.n_layers
@@ -202,18 +212,25 @@ def _make_wrapper(base: str) -> Callable:
             batch_start=state.batch_start,
             q_len=query.shape[2],
             k_len=key.shape[2],
+            pads=state.pads,
         )
         active = tuple(state.active)
         # editors first, then observers, so observers always see the edited values
         for iv in active:
             if getattr(iv, "edits_qkv", False):
                 query, key, value = iv.edit_qkv(call, query, key, value)
+        windows = tuple(w for iv in active if getattr(iv, "restricts_keys", False)
+                        for w in [iv.key_window(call, query.shape[0], query.device)] if w is not None)
+        call.windows = windows
         for iv in active:
             if getattr(iv, "observes_qkv", False):
                 iv.observe_qkv(call, query, key, value)
             if getattr(iv, "observes_qk", False):  # the older name of observe_qkv, same arguments
                 iv.observe_qk(call, query, key, value)
         out, weights = fn(module, query, key, value, attention_mask, **kwargs)
+        if windows:
+            out = windowed_out(call, query, key, value, out, windows)
+            weights = None
         for iv in active:
             if getattr(iv, "edits_out", False):
                 out = iv.edit_out(call, out)
@@ -262,7 +279,7 @@ def install(hf, adapter, spec) -> InterceptState:
     return state
 
 
-ATTENTION_FLAGS = ("edits_qkv", "edits_out", "observes_qkv", "observes_qk", "observes_out")
+ATTENTION_FLAGS = ("edits_qkv", "edits_out", "restricts_keys", "observes_qkv", "observes_qk", "observes_out")
 
 
 def acts_in_attention(iv) -> bool:

@@ -4,7 +4,7 @@ Memory is O(batch * heads * n_query * key_len) per layer: it grows with the cont
 square, so long contexts keep sdpa/flash for the forward pass. The softmax reproduces the
 model's own: scaling, logit softcap (Gemma-2), the 4D mask the model built (padding, causal,
 sliding window), or, when the base implementation skipped the mask (pure causal), a causal
-mask built here.
+mask built here; heads under a key window (keywindow.py) are restricted as in the forward pass.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 from interp.errors import InvalidInputError
 from interp.hooks.interception import AttnCall
 from interp.hooks.interventions import Intervention
+from interp.hooks.keywindow import allowed_keys, real_starts
 
 
 def _positions_tensor(positions, batch: int, q_len: int, device) -> torch.Tensor:
@@ -63,6 +64,11 @@ def compute_rows(call: AttnCall, q: torch.Tensor, k: torch.Tensor, pos: torch.Te
             "attention rows need a 4D mask or none (sdpa/eager); this model runs an attention implementation "
             f"that passes a {mask.ndim}D mask. Load it with attn_implementation='sdpa'"
         )
+    for w in call.windows:  # key windows (keywindow.py): the restricted heads' rows see only their window
+        qabs = (k_len - s) + pos
+        start = real_starts(call, torch.arange(b, device=q.device), k_len)
+        out_win = ~allowed_keys(qabs, torch.arange(k_len, device=q.device), start, w.sinks, w.window)  # [b, n, k]
+        scores = scores.masked_fill(out_win[:, None] & w.sel.to(q.device)[:, :, None, None], float("-inf"))
     probs = torch.softmax(scores, dim=-1)
     return torch.nan_to_num(probs, nan=0.0)  # fully masked rows (padding queries) -> 0
 

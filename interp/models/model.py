@@ -109,6 +109,11 @@ def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def first_real(mask: torch.Tensor) -> torch.Tensor:
+    """[batch] index of each left-padded row's first real token (0 for an unpadded row)."""
+    return (mask.cumsum(-1) == 0).sum(-1)
+
+
 def pad_left(seqs: Sequence[Sequence[int]], pad_id: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Token-id sequences (lists, arrays or 1-D tensors) -> left-padded (ids, mask), both [n, max_len] long.
 
@@ -308,11 +313,13 @@ class Model:
     def _call(self, ids, mask, batch_start=0, body_only=False, **kw):
         self.check_positions(ids.shape[1])
         self._state.batch_start = batch_start
+        self._state.pads = first_real(mask)
         net = self.hf.base_model if body_only else self.hf
         try:
             return net(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), **kw)
         finally:
             self._state.batch_start = 0
+            self._state.pads = None
 
     def forward(self, inputs, attention_mask=None, batch_size: int | None = None, logits: bool = True,
                 last_only: bool = False, grad: bool = False) -> torch.Tensor:
@@ -357,8 +364,12 @@ class Model:
         pos = position_ids_from_mask(attention_mask)[:, -input_ids.shape[1]:]
         kw = {"logits_to_keep": 1} if last_only else {}
         self._state.batch_start = 0
-        out = self.hf(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=True,
-                      **{self._cache_kw: cache}, **kw)
+        self._state.pads = first_real(attention_mask)
+        try:
+            out = self.hf(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos, use_cache=True,
+                          **{self._cache_kw: cache}, **kw)
+        finally:
+            self._state.pads = None
         return out.logits[:, -1:] if last_only else out.logits
 
     @torch.no_grad()
@@ -399,6 +410,10 @@ class Model:
                 mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
                 pos = position_ids_from_mask(mask)[:, -1:]
                 self._state.batch_start = 0
-                out = self.hf(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, use_cache=True,
-                              **{self._cache_kw: cache})
+                self._state.pads = first_real(mask)
+                try:
+                    out = self.hf(input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, use_cache=True,
+                                  **{self._cache_kw: cache})
+                finally:
+                    self._state.pads = None
         return torch.stack(tokens, dim=1)
