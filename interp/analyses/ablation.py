@@ -21,9 +21,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 from interp.errors import InvalidInputError
-from interp.experiments import (Comparison, ConditionStats, NiahTask, baseline, compare, head_ablation,
-                           random_head_controls, reference_means, run_conditions, write_norms)
-from interp.hooks.interventions import ABLATION_MODES, AblateHeads
+from interp.experiments import (Comparison, ConditionStats, NiahTask, baseline, compare, random_head_controls,
+                                reference_means, run_conditions, write_norms)
+from interp.experiments.conditions import Condition
+from interp.hooks.interventions import AblateHeads
+from interp.hooks.window import HeadMasking
 from interp.tasks.niah import NiahConfig, resolve_niah
 from interp.sites import HeadId
 
@@ -47,11 +49,14 @@ class AblationConfig:
     n_boot: int = 10000
     n_perm: int = 10000
     heads_source: str = "explicit"  # "retrieval (detected ...)", "random", "explicit", "file ..."
+    window: int | None = None  # mode window: recent keys kept (the query included)
+    sinks: int = 4  # mode window: first tokens kept besides (attention sinks, Xiao et al. 2023)
 
     def __post_init__(self):
         from interp.errors import check_fields
 
         check_fields(self, {"draws": 0, "batch_size": 1, "n_boot": 1, "n_perm": 1})
+        self.masking = HeadMasking(self.mode, self.window, self.sinks)
 
 
 @dataclass
@@ -115,8 +120,6 @@ def run_ablation(model, config: AblationConfig, samples: Sequence | None = None,
     if not heads:
         raise InvalidInputError("no heads to ablate (detection found none above the threshold?); lower --threshold "
                                 "or pass heads explicitly, e.g. --heads L3H1,L5H0")
-    if config.mode not in ABLATION_MODES:
-        raise InvalidInputError(f"unknown ablation mode {config.mode!r}; valid modes: {', '.join(ABLATION_MODES)}")
     AblateHeads(heads).bind(model)  # heads outside the model: a clear error before any work
     if task is None:
         task = (NiahTask(samples, config.niah, config.decode_only) if samples is not None
@@ -124,10 +127,10 @@ def run_ablation(model, config: AblationConfig, samples: Sequence | None = None,
     means, note = reference_means(model, task, config.batch_size) if config.mode == "mean" else (None, None)
 
     def ablate(hs):
-        return (AblateHeads(hs, mode=config.mode, means=means),)
+        return (config.masking.intervention(hs, means=means),)
 
     controls = random_head_controls(heads, model.spec, ablate, config.draws, config.seed, config.random_pool)
-    conditions = [baseline(), head_ablation("target", heads, config.mode, means, role="target"), *controls.conditions]
+    conditions = [baseline(), Condition("target", ablate(heads), role="target", heads=heads), *controls.conditions]
     outcomes = run_conditions(model, task, conditions, config.batch_size, progress)
     writes = write_norms(model, task.inputs(8), config.batch_size)
     pooled = controls.pooled_name
@@ -135,7 +138,7 @@ def run_ablation(model, config: AblationConfig, samples: Sequence | None = None,
     comp = compare(outcomes, pools=pools, direct=[("target", pooled)] if pools else [],
                    write_rel=writes.relative, n_boot=config.n_boot, n_perm=config.n_perm, seed=config.seed)
 
-    iv = AblateHeads(heads, mode=config.mode).describe()
+    iv = config.masking.intervention(heads).describe()
     if note:
         iv["mean_reference"] = note
     desc = task.describe()

@@ -27,7 +27,8 @@ from typing import Sequence
 from interp.errors import InvalidInputError
 from interp.experiments import NiahTask, baseline, compare, run_conditions
 from interp.experiments.conditions import Condition
-from interp.hooks.interventions import ABLATION_MODES, AblateHeads
+from interp.hooks.interventions import AblateHeads
+from interp.hooks.window import HeadMasking, kv_memory
 from interp.sites import HeadId
 from interp.tasks.niah import NiahConfig, resolve_niah
 
@@ -45,7 +46,8 @@ def rank_heads(scores: Sequence[Sequence[float]]) -> tuple[HeadId, ...]:
 @dataclass
 class HeadCurveConfig:
     """`ranked`: heads best first; `ks`: the curve's head counts; `kind`: keep | mask (module docstring); `mode`:
-    zero | mean | uniform (AblateHeads); `draws` random sets per k from `random_pool` (any | layer); `reach_frac`:
+    zero | mean | uniform (AblateHeads) | window (WindowHeads: `window` recent keys and `sinks` first tokens; a
+    keep curve is then the KV-memory frontier, each point with the share of KV memory kept); `draws` random sets per k from `random_pool` (any | layer); `reach_frac`:
     the share of the baseline a keep curve must reach; `niah`: the default task's grid."""
 
     ranked: tuple[HeadId, ...]
@@ -61,6 +63,8 @@ class HeadCurveConfig:
     n_boot: int = 10000
     n_perm: int = 10000
     ranking_source: str = "explicit"
+    window: int | None = None  # mode window: recent keys the masked heads keep (the query included)
+    sinks: int = 4  # mode window: first tokens kept besides
 
     def __post_init__(self):
         from interp.errors import check_fields
@@ -69,8 +73,7 @@ class HeadCurveConfig:
         self.ranked, self.ks = tuple(self.ranked), tuple(int(k) for k in self.ks)
         if self.kind not in KINDS:
             raise InvalidInputError(f"curve kind {self.kind!r}: use keep (mask all but the top k) or mask (the top k)")
-        if self.mode not in ABLATION_MODES:
-            raise InvalidInputError(f"unknown ablation mode {self.mode!r}; valid modes: {', '.join(ABLATION_MODES)}")
+        self.masking = HeadMasking(self.mode, self.window, self.sinks)
         if not self.ks or len(set(self.ks)) != len(self.ks):
             raise InvalidInputError(f"--ks {','.join(map(str, self.ks))}: give distinct head counts")
         if len(set(self.ranked)) != len(self.ranked):
@@ -87,6 +90,9 @@ class CurvePoint:
     random_pooled: dict | None
     random_sets: list[list[str]]
     target_vs_random: dict | None
+    # mode window: the share of KV-cache memory kept at the task's mean prompt length (kv_memory; a KV head is
+    # freed only when all its query heads are windowed), for the target and the mean over the random sets
+    kv_kept: dict | None = None
 
 
 @dataclass
@@ -200,7 +206,7 @@ def run_head_curve(model, config: HeadCurveConfig, samples: Sequence | None = No
 
     def make(hs):
         masked = acted(hs)
-        return (AblateHeads(masked, mode=config.mode, means=means),) if masked else ()
+        return (config.masking.intervention(masked, means=means),) if masked else ()
 
     conds, pools, direct, sets = [baseline()], {}, [], {}
     for k in config.ks:
@@ -226,7 +232,8 @@ def run_head_curve(model, config: HeadCurveConfig, samples: Sequence | None = No
 
     points = [CurvePoint(k, [str(h) for h in config.ranked[:k]], block(f"target-{k}"),
                          block(f"random-{k}") if f"random-{k}" in pools else None, sets[k],
-                         next((d for d in comp.direct if d["x"] == f"target-{k}"), None)) for k in config.ks]
+                         next((d for d in comp.direct if d["x"] == f"target-{k}"), None),
+                         _kv_kept(model, task, config, acted, k, sets[k])) for k in config.ks]
     base = comp.row("baseline").estimates[m]
     cfg = asdict(config)
     cfg["ranked"] = [str(h) for h in config.ranked]
@@ -236,6 +243,28 @@ def run_head_curve(model, config: HeadCurveConfig, samples: Sequence | None = No
         ranked=[str(h) for h in config.ranked], baseline=base, points=points,
         reach=_reach(points, base, config), task=task.describe(), sample_ids=task.sample_ids, config=cfg,
         provenance=provenance(model))
+
+
+def _kv_kept(model, task, config: HeadCurveConfig, acted, k: int, drawn: list[list[str]]) -> dict | None:
+    """Mode window: the KV-memory share kept with the top k (and, on average, the random sets) treated as the
+    curve treats them, at the task's mean prompt length; None for the other modes."""
+    if config.mode != "window":
+        return None
+    import numpy as np
+    import torch
+
+    context = int(round(float(np.mean([len(x) for x in task.inputs()]))))
+    dtype = next(model.hf.parameters()).dtype
+    width = torch.finfo(dtype).bits // 8 if dtype.is_floating_point else 4
+
+    def frac(hs):
+        return kv_memory(model.spec, acted(hs), context, config.window, config.sinks, width)
+
+    top = frac(config.ranked[:k])
+    rand = [frac([HeadId.parse(h) for h in hs])["fraction"] for hs in drawn]
+    return {"context": context, "bytes_per_value": width, "target": top["fraction"],
+            "target_windowed_kv_heads": top["windowed_kv_heads"], "n_kv_heads": top["n_kv_heads"],
+            "random_mean": float(np.mean(rand)) if rand else None}
 
 
 def _reach(points: list[CurvePoint], base: dict, config: HeadCurveConfig) -> dict:

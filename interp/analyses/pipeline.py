@@ -90,7 +90,8 @@ def prepare_experiment(model, heads="retrieval", *, niah=None, task=None,
 
 def ablate(model, heads="retrieval", *, niah=None, task=None, from_dir=None, threshold: float = 0.1,
            mode: str = "zero", decode_only: bool = False, draws: int = 3, random_pool: str = "layer",
-           seed: int = 0, batch_size: int = 8, experiment: HeadExperiment | None = None, progress=None):
+           seed: int = 0, batch_size: int = 8, experiment: HeadExperiment | None = None, progress=None,
+           window: int | None = None, sinks: int = 4):
     """Mask the selected heads against matched random heads (interp.analyses.ablation) on NIAH or `task`.
     `experiment`: a HeadExperiment prepared already (else `prepare_experiment` with these arguments)."""
     from interp.analyses.ablation import AblationConfig, run_ablation
@@ -99,7 +100,7 @@ def ablate(model, heads="retrieval", *, niah=None, task=None, from_dir=None, thr
                                            seed=seed, batch_size=batch_size)
     kw = {} if exp.niah is None else {"niah": exp.niah}
     cfg = AblationConfig(heads=tuple(exp.heads), mode=mode, decode_only=decode_only, draws=draws, seed=seed,
-                         random_pool=random_pool, batch_size=batch_size, heads_source=exp.source, **kw)
+                         window=window, sinks=sinks, random_pool=random_pool, batch_size=batch_size, heads_source=exp.source, **kw)
     return run_ablation(model, cfg, samples=exp.samples, task=exp.task, detection=exp.detection, progress=progress)
 
 
@@ -143,7 +144,7 @@ def detection_ranking(exp: HeadExperiment) -> tuple[tuple, str]:
 def head_curve(model, heads="retrieval", *, kind: str = "keep", ks=(1, 2, 4, 8, 16), niah=None, task=None,
                from_dir=None, threshold: float = 0.1, mode: str = "zero", draws: int = 3, random_pool: str = "any",
                reach_frac: float = 0.95, seed: int = 0, batch_size: int = 8,
-               experiment: HeadExperiment | None = None, progress=None):
+               experiment: HeadExperiment | None = None, progress=None, window: int | None = None, sinks: int = 4):
     """Keep only (kind="keep") or mask (kind="mask") the top k heads by retrieval score at each k, against k random
     heads (interp.analyses.head_curve). `experiment` as in `ablate`."""
     from interp.analyses.head_curve import HeadCurveConfig, run_head_curve
@@ -153,5 +154,6 @@ def head_curve(model, heads="retrieval", *, kind: str = "keep", ks=(1, 2, 4, 8, 
     ranked, source = detection_ranking(exp)
     kw = {} if exp.niah is None else {"niah": exp.niah}
     cfg = HeadCurveConfig(ranked=ranked, ks=tuple(ks), kind=kind, mode=mode, draws=draws, random_pool=random_pool,
-                          reach_frac=reach_frac, seed=seed, batch_size=batch_size, ranking_source=source, **kw)
+                          reach_frac=reach_frac, seed=seed, batch_size=batch_size, ranking_source=source,
+                          window=window, sinks=sinks, **kw)
     return run_head_curve(model, cfg, samples=exp.samples, task=exp.task, progress=progress)

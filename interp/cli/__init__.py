@@ -14,13 +14,15 @@ from interp.cli.app import app
 
 # Old option names, kept for one release: rewritten to the new name (with a deprecation warning) before
 # click parses the command line, so they stay out of every --help. Keys: the command ("detect induction").
-ANALYSES = ("detect retrieval", "detect induction", "detect copy-suppression", "ablate", "patch", "rope-zero",
+ANALYSES = ("detect retrieval", "detect induction", "detect copy-suppression", "detect streaming", "ablate", "patch", "rope-zero",
             "rope-profile")
 RENAMED = {
     **{c: {"--dtype": "--model-dtype"} for c in ANALYSES},
     **{c: {"--dtype": "--model-dtype", "--seeds": "--n-seeds"} for c in
        ("detect retrieval", "ablate", "patch", "rope-zero", "rope-profile")},
     "detect induction": {"--dtype": "--model-dtype", "--lengths": "--copy-lengths", "--seqs": "--n-seqs"},
+    # one vocabulary with `ablate --mode window`: --sinks first tokens and a --window of recent keys
+    "detect retrieval": {"--dtype": "--model-dtype", "--seeds": "--n-seeds", "--sink": "--sinks", "--recent": "--window"},
     "cache": {"--dtype": "--store-dtype"},
 }
 

@@ -213,10 +213,12 @@ def _register_analyses():
     from interp.cli.retrieval_cmds import ablate, detect_retrieval
     from interp.cli.rope_cmds import rope_profile, rope_zero
     from interp.cli.store_cmds import cache, probe
+    from interp.cli.streaming_cmds import detect_streaming
 
     detect_app.command("retrieval")(detect_retrieval)
     detect_app.command("induction")(detect_induction)
     detect_app.command("copy-suppression")(detect_copy_suppression_cmd)
+    detect_app.command("streaming")(detect_streaming)
     app.add_typer(detect_app, name="detect")
     app.add_typer(models_app, name="models")
     app.add_typer(texts_app, name="texts")

@@ -57,8 +57,10 @@ def detect_retrieval(model: Optional[str] = MODEL, lengths: str = LENGTHS, depth
                      max_new_tokens: Optional[int] = MAX_NEW, threshold: float = THRESHOLD,
                      all_samples: bool = typer.Option(False, "--all-samples", help="Average over every sample, not "
                                                       "only those answered correctly (the original's choice)."),
-                     sink: int = typer.Option(4, "--sink", min=0, help="Sink tokens for the streaming score."),
-                     recent: int = typer.Option(64, "--recent", min=0, help="Recent window for the streaming score."),
+                     sinks: int = typer.Option(4, "--sinks", min=0, help="Streaming score: the first tokens counted "
+                                              "as sinks (as ablate --mode window --sinks)."),
+                     window: int = typer.Option(64, "--window", min=1, help="Streaming score: the recent keys counted, "
+                                                "the query included (as ablate --mode window --window)."),
                      score_norm: str = typer.Option("answer", "--score-norm", help="A head's distinct copied needle "
                                                     "positions / the answer's tokens (answer) or / the needle's "
                                                     "tokens (needle: Wu et al.'s; with needles whose answer is the "
@@ -76,7 +78,7 @@ def detect_retrieval(model: Optional[str] = MODEL, lengths: str = LENGTHS, depth
     o, m = open_run("retrieval", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     niah = niah_for_model(m, niah)
     batch_size = niah_batch(m, batch_size, niah, "detect")
-    res, samples = _detect(m, niah, threshold, all_samples, batch_size, sink, recent, score_norm)
+    res, samples = _detect(m, niah, threshold, all_samples, batch_size, sinks, window, score_norm)
     write_detection(res, samples, m, o)
     if as_json:
         typer.echo(dumps(res.to_dict()))
@@ -86,7 +88,11 @@ def detect_retrieval(model: Optional[str] = MODEL, lengths: str = LENGTHS, depth
 
 def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
            heads: str = typer.Option("retrieval", "--heads", help=HEADS_HELP),
-           mode: str = typer.Option("zero", "--mode", help="zero | mean | uniform (query zeroed, as Wu et al.)."),
+           mode: str = typer.Option("zero", "--mode", help="zero | mean | uniform (query zeroed, as Wu et al.) | window "
+                                    "(the heads read only --sinks first tokens and the last --window keys)."),
+           window: Optional[int] = typer.Option(None, "--window", help="With --mode window: recent keys each masked "
+                                                "head keeps, the query included."),
+           sinks: int = typer.Option(4, "--sinks", min=0, help="With --mode window: first tokens kept besides."),
            decode_only: bool = typer.Option(False, "--decode-only", help="Mask during decoding only, like the "
                                             "original (default: prefill and decode)."),
            draws: int = typer.Option(3, "--draws", min=0, help="Matched random-head draws."),
@@ -109,10 +115,9 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
     """Mask heads on NIAH (or your --prompts); compare with baseline and matched random heads (paired CIs,
     permutation tests, target vs pooled random)."""
     from interp.analyses.pipeline import ablate as run
-    from interp.hooks.interventions import ABLATION_MODES
+    from interp.hooks.window import HeadMasking
 
-    if mode not in ABLATION_MODES:
-        raise InvalidInputError(f"--mode {mode!r}: valid modes are {', '.join(ABLATION_MODES)}")
+    HeadMasking(mode, window, sinks)  # a bad --mode / --window / --sinks fails before the model loads
     if random_pool not in ("layer", "any"):
         raise InvalidInputError(f"--random-pool {random_pool!r}: use layer (same count per layer) or any")
     if n_heads is not None and heads != "random":
@@ -138,7 +143,7 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
             raise InvalidInputError("--decode-only applies to a single ablation, not to --curve")
         prog, advance = progress_bar(exp.n_prompts * (1 + len(k_list) * (1 + draws)), f"{curve} curve conditions")
         with prog:
-            res = head_curve(m, kind=curve, ks=k_list, mode=mode, draws=draws, random_pool=random_pool, seed=seed,
+            res = head_curve(m, kind=curve, ks=k_list, mode=mode, window=window, sinks=sinks, draws=draws, random_pool=random_pool, seed=seed,
                              batch_size=batch_size, experiment=exp, progress=advance)
         write_result(res, o, "head_curve", as_json, csv)
         write_task_prompts(task, exp.samples, m, o / "prompts.jsonl")
@@ -147,7 +152,7 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
         return
     prog, advance = progress_bar(exp.n_prompts * (2 + draws), "ablation conditions")
     with prog:
-        res = run(m, experiment=exp, mode=mode, decode_only=decode_only, draws=draws, random_pool=random_pool,
+        res = run(m, experiment=exp, mode=mode, window=window, sinks=sinks, decode_only=decode_only, draws=draws, random_pool=random_pool,
                   seed=seed, batch_size=batch_size, progress=advance)
     write_result(res, o, "ablation", as_json, csv)
     write_task_prompts(task, exp.samples, m, o / "prompts.jsonl")

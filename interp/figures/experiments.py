@@ -155,3 +155,24 @@ def rope_usage_heatmap(result: dict):
     fig.update_layout(title=f"RoPE pair usage per head (low to high frequency), {result['model']} (● retrieval)",
                       xaxis_title="rotary pair (inv_freq)", yaxis_title="head", height=max(400, 14 * len(rows)))
     return fig
+
+
+@reads_result
+def necessity_heatmap(result: dict):
+    """Far-context necessity per head (streaming.json): minus the answer log-prob change when the head alone is
+    windowed; ● far-context heads, ○ mixed (the labels' rule is in the title's result)."""
+    go = _go()
+    z = result["scores"]
+    mark = {"far-context": "●", "mixed": "○", "streaming": ""}
+    text = [[mark.get(lab, "") for lab in row] for row in result["labels"]]
+    top = max([abs(v) for row in z for v in row if v is not None] or [1.0])
+    fig = go.Figure(go.Heatmap(z=z, colorscale="RdBu", reversescale=True, zmin=-top, zmax=top, text=text,
+                               texttemplate="%{text}", colorbar={"title": "necessity<br>(nats)"},
+                               hovertemplate="layer %{y} head %{x}: %{z:.4f} nats<extra></extra>"))
+    c = result["counts"]
+    fig.update_layout(title=f"Far-context necessity, {result['model']}: each {result['unit'].replace('_', ' ')} "
+                            f"windowed to {result['sinks']} sinks + {result['window']} keys<br>"
+                            f"(● far-context {c.get('far-context', 0)}, ○ mixed {c.get('mixed', 0)}, streaming "
+                            f"{c.get('streaming', 0)})")
+    head_grid_axes(fig, len(z[0]) if z else 0, len(z))
+    return fig

@@ -35,6 +35,7 @@ def _figures_of(stem: str) -> Callable[[dict], dict] | None:
                                 "niah_recall": plotting.niah_recall_heatmap(d)},
         "ablation": lambda d: {"metric_by_condition": plotting.metric_by_condition(d)},
         "head_curve": lambda d: {"head_curve": plotting.head_curve(d)},
+        "streaming": lambda d: {"necessity_heatmap": plotting.necessity_heatmap(d)},
         "rope_zero": lambda d: {"rope_dose_response": plotting.rope_dose_response(d)},
         "rope_profile": lambda d: {"rope_usage": plotting.rope_usage_heatmap(d)},
         "induction": induction_figures,
@@ -47,7 +48,7 @@ def _figures_of(stem: str) -> Callable[[dict], dict] | None:
     }.get(stem)
 
 
-RESULTS = ("atlas", "ablation", "head_curve", "rope_zero", "rope_profile", "patching", "path_patching", "induction", "copy_suppression",
+RESULTS = ("atlas", "ablation", "head_curve", "streaming", "rope_zero", "rope_profile", "patching", "path_patching", "induction", "copy_suppression",
            "probes", "theta", "retrieval")  # result files, in the order a page shows them (a run's own detection last)
 
 
@@ -57,6 +58,8 @@ RESULT_FIELDS = {
     "retrieval": {"model": _STR, "scores": _LIST, "heads": _LIST, "threshold": _NUM, "streaming": _LIST, "sweep": _LIST},
     "ablation": {"model": _STR, "metric": _STR, "mode": _STR, "conditions": _LIST},
     "head_curve": {"model": _STR, "metric": _STR, "kind": _STR, "points": _LIST, "baseline": _OBJ},
+    "streaming": {"model": _STR, "scores": _LIST, "labels": _LIST, "counts": _OBJ, "unit": _STR, "window": _NUM,
+                  "sinks": _NUM},
     "rope_zero": {"model": _STR, "metric": _STR, "doses": _LIST, "baseline": _OBJ},
     "rope_profile": {"model": _STR, "usage": _LIST, "pair_order": _LIST, "pair_freqs": _LIST, "retrieval_heads": _LIST},
     "induction": {"model": _STR, "scores": _OBJ, "induction_heads": _LIST, "prev_token_heads": _LIST},
@@ -129,7 +132,8 @@ def _esc(x) -> str:
     return html.escape(str(x))
 
 
-PRIMARY = {"retrieval": "retrieval_score", "induction": "induction", "copy_suppression": "ov_suppression"}
+PRIMARY = {"retrieval": "retrieval_score", "induction": "induction", "copy_suppression": "ov_suppression",
+           "streaming": "necessity"}
 HEADLINE_ROWS = 12  # top heads of a layer x head table
 CELL_CHARS = 28  # longer text cells are cut on the page
 

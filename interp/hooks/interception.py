@@ -168,7 +168,7 @@ class InterceptState:
     batch_start: int = 0
     site_dispatch: dict = field(default_factory=dict)
     calls: list = field(default_factory=list)  # per layer: attention calls the wrapper saw with interventions active
-    skipped: list = field(default_factory=list)  # per layer: passes that skipped the layer on purpose (patching.skip)
+    skipped: list = field(default_factory=list)  # per layer: passes that skipped the layer on purpose (models.skip)
     pads: Any = None  # [batch] first real token of each row of the running forward (set by interp.Model)
 
     def __post_init__(self):

@@ -14,13 +14,15 @@ unless every query head of its group is windowed. `kv_memory` counts what a set 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+import numpy as np
 import torch
 
 from interp.errors import InvalidInputError
 from interp.hooks.interception import AttnCall
-from interp.hooks.interventions import Intervention
+from interp.hooks.interventions import ABLATION_MODES, AblateHeads, Intervention
 from interp.hooks.keywindow import KeyWindow
 from interp.sites import HeadId, HeadLike, as_heads
 
@@ -103,38 +105,69 @@ class WindowHeads(Intervention):
 
 
 class WindowCells(Intervention):
-    """Row r of the batch windows one head, (`layers[r]`, `heads[r]`); a head of -1 windows nothing."""
+    """Row r of the batch windows the query heads `heads[r]` (one index or several: a KV group) of layer
+    `layers[r]`; an empty list or -1 windows nothing in that row."""
 
     restricts_keys = True
 
-    def __init__(self, layers: Sequence[int], heads: Sequence[int], window: int, sinks: int = 0):
+    def __init__(self, layers: Sequence[int], heads: Sequence[int | Sequence[int]], window: int, sinks: int = 0):
         super().__init__(None)
         _check_window(window, sinks)
-        self.layers = torch.as_tensor(list(layers), dtype=torch.long)
-        self.heads = torch.as_tensor(list(heads), dtype=torch.long)
-        if self.layers.shape != self.heads.shape:
-            raise InvalidInputError("WindowCells: one layer and one head per row")
+        self.layers = [int(l) for l in layers]
+        self.heads = [[int(h)] if isinstance(h, (int, np.integer)) else [int(x) for x in h] for h in heads]
+        self.heads = [[h for h in hs if h >= 0] for hs in self.heads]
+        if len(self.layers) != len(self.heads):
+            raise InvalidInputError("WindowCells: one layer and one head list per row")
         self.window, self.sinks = int(window), int(sinks)
 
     def bind(self, model):
         super().bind(model)
-        ok = (self.heads < 0) | ((self.layers >= 0) & (self.layers < self.spec.n_layers)
-                                 & (self.heads < self.spec.n_heads))
-        if not bool(ok.all()):
+        bad = [(l, hs) for l, hs in zip(self.layers, self.heads)
+               if hs and not (0 <= l < self.spec.n_layers and all(h < self.spec.n_heads for h in hs))]
+        if bad:
             raise InvalidInputError(f"WindowCells: heads outside the model ({self.spec.n_layers} layers, "
-                                    f"{self.spec.n_heads} query heads)")
+                                    f"{self.spec.n_heads} query heads): {bad[:3]}")
 
     def key_window(self, call: AttnCall, batch: int, device) -> KeyWindow | None:
-        lay = self.layers[call.batch_start:call.batch_start + batch]
-        hd = self.heads[call.batch_start:call.batch_start + batch]
-        hit = (lay == call.layer) & (hd >= 0)
-        if not bool(hit.any()):
-            return None
         sel = torch.zeros(batch, self.spec.n_heads, dtype=torch.bool)
-        r = hit.nonzero().reshape(-1)
-        sel[r, hd[r]] = True
-        return KeyWindow(self.sinks, self.window, sel.to(device))
+        hit = False
+        for r in range(batch):
+            g = call.batch_start + r
+            if g < len(self.layers) and self.layers[g] == call.layer and self.heads[g]:
+                sel[r, self.heads[g]] = True
+                hit = True
+        return KeyWindow(self.sinks, self.window, sel.to(device)) if hit else None
 
     def describe(self):
-        return {**super().describe(), "cells": [[int(l), int(h)] for l, h in zip(self.layers, self.heads)],
+        return {**super().describe(), "cells": [[l, hs] for l, hs in zip(self.layers, self.heads)],
                 "mode": "window", "window": self.window, "sinks": self.sinks}
+
+
+HEAD_MODES = ABLATION_MODES + ("window",)
+
+
+@dataclass(frozen=True)
+class HeadMasking:
+    """How an experiment masks a set of heads: an `AblateHeads` mode (zero | mean | uniform), or "window"
+    (`WindowHeads` with `window` recent keys and `sinks` first tokens)."""
+
+    mode: str = "zero"
+    window: int | None = None
+    sinks: int = 0
+
+    def __post_init__(self):
+        if self.mode not in HEAD_MODES:
+            raise InvalidInputError(f"unknown ablation mode {self.mode!r}; valid modes: {', '.join(HEAD_MODES)}")
+        if self.mode == "window":
+            if self.window is None:
+                raise InvalidInputError("mode window needs a window: how many recent keys the heads keep "
+                                        "(--window W; --sinks S first tokens besides)")
+            _check_window(self.window, self.sinks)
+        elif self.window is not None:
+            raise InvalidInputError(f"a window applies with mode window only (mode is {self.mode!r}): drop the "
+                                    "window or use mode window")
+
+    def intervention(self, heads, means=None, rows=None) -> Intervention:
+        if self.mode == "window":
+            return WindowHeads(heads, self.window, self.sinks, rows=rows)
+        return AblateHeads(heads, mode=self.mode, means=means, rows=rows)

@@ -82,12 +82,14 @@ def test_one_meaning_per_option_name():
     ("--seeds", "--n-seeds", ["detect", "retrieval"]), ("--seeds", "--n-seeds", ["patch"]),
     ("--dtype", "--model-dtype", ["ablate"]), ("--dtype", "--store-dtype", ["cache"]),
     ("--lengths", "--copy-lengths", ["detect", "induction"]), ("--seqs", "--n-seqs", ["detect", "induction"]),
+    ("--sink", "--sinks", ["detect", "retrieval"]), ("--recent", "--window", ["detect", "retrieval"]),
 ])
 def test_old_option_names_still_work_hidden_with_a_deprecation_note(old, new, cmd, capsys, tmp_path):
     code, out, _ = run_cli(cmd + ["-h"], capsys)
     assert new in out and f"{old} " not in out.replace(new, "")
     o = tmp_path / "new" / "folders" / "o"
-    code, _, err = run_cli(cmd + [old, "0" if "dtype" not in old else "bogus", "--out", str(o)], capsys)
+    bad = {"--dtype": "bogus", "--sink": "-1"}.get(old, "0")  # a value the new option refuses
+    code, _, err = run_cli(cmd + [old, bad, "--out", str(o)], capsys)
     assert code == 2 and f"{old} is renamed {new}" in err, err
     assert list(tmp_path.iterdir()) == []  # the folders a failed run created are gone again
 
