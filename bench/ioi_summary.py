@@ -33,7 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from interp.patching.run import pooled_effect  # noqa: E402  (the ratio of means per cell)
+from interp.patching.result import pooled_effect  # noqa: E402  (the ratio of means per cell)
 
 
 def _load(p: Path):

@@ -171,7 +171,7 @@ def patch(ctx: typer.Context, model: Optional[str] = MODEL,
     _check_corrupt(corrupt, task)
     o, m = open_run("patch", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
     ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed, n_pairs, corrupt)
-    from interp.patching.run import planned_work
+    from interp.patching.plan import planned_work
 
     if method == "exact":
         total, tokens = planned_work(m, ps, cfg)
@@ -232,7 +232,7 @@ def _path(model, device, model_dtype, revision, device_map, max_memory, pairs, t
             f"{'normalised ' if res.normalized else ''}{res.metric}, {len(ps)} pairs")
     import numpy as np
 
-    from interp.patching.run import unstable_gaps
+    from interp.patching.result import unstable_gaps
 
     shaky = unstable_gaps(res.donor_value, res.base_value) if res.normalized else []
     gap = np.asarray(res.donor_value) - np.asarray(res.base_value)
@@ -331,7 +331,7 @@ def _print(d: dict, out, ioi: dict | None = None) -> None:
             f"{base:+.3f}, donor (the {runs[1]} "
             f"run, patched from) {donor:+.3f}"
             + (f"; {len(d['excluded_pairs'])} pairs with donor ~ base left out" if d["excluded_pairs"] else ""))
-    from interp.patching.run import pooled_effect, site_effect, unstable_gaps
+    from interp.patching.result import pooled_effect, site_effect, unstable_gaps
 
     what = "normalised effect" if d["normalized"] else f"effect (patched - base {d['metric']})"
     if d["method"] != "exact":  # first-order estimates, never measured: said on every line that shows them

@@ -9,7 +9,10 @@ from interp.patching.attribution import grid_agreement, run_attribution
 from interp.patching.cells import GRID_SITES, CellPatch, Cells
 from interp.patching.ioi import ioi_scores
 from interp.patching.pairs import IOI_CORRUPTIONS, PatchPair, ioi_pairs, niah_pairs, read_pairs, repeated_pairs
-from interp.patching.run import DIRECTIONS, METRICS, PatchingConfig, PatchingResult, SiteGrid, run_patching
+from interp.patching.config import DIRECTIONS, PatchingConfig
+from interp.patching.metrics import METRICS
+from interp.patching.result import PatchingResult, SiteGrid
+from interp.patching.run import run_patching
 
 __all__ = ["CellPatch", "Cells", "DIRECTIONS", "GRID_SITES", "IOI_CORRUPTIONS", "METRICS", "PatchPair",
            "PatchingConfig", "PatchingResult", "SiteGrid", "grid_agreement", "ioi_pairs", "ioi_scores", "niah_pairs",

@@ -37,8 +37,11 @@ from interp.hooks.interventions import Intervention
 from interp.sites import Site, SiteKind
 from interp.patching.cells import GRID_SITES
 from interp.patching.pairs import PatchPair
-from interp.patching.run import (PatchingConfig, PatchingResult, SiteGrid, _metric, _nested, axis_tokens, check_gap, metric_name, run_patching,
-                  sides)
+from interp.patching.config import PatchingConfig
+from interp.patching.metrics import check_gap, metric_name, metric_values
+from interp.patching.plan import check_pairs, sides
+from interp.patching.result import PatchingResult, SiteGrid, axis_tokens, nested
+from interp.patching.run import run_patching
 
 METHODS = ("atp", "atp-qk")
 
@@ -184,7 +187,6 @@ def run_attribution(model, pairs: Sequence[PatchPair], config: PatchingConfig | 
     other cells per site (0 and 0: no check). End-aligned positions only."""
     from interp import stats
     from interp.runtime.provenance import provenance
-    from interp.patching.run import _check_pairs
 
     config = config or PatchingConfig()
     if config.metric == "kl":
@@ -194,7 +196,7 @@ def run_attribution(model, pairs: Sequence[PatchPair], config: PatchingConfig | 
     if config.align != "end":
         raise InvalidInputError("attribution patching supports end-aligned positions only (align='end')")
     pairs = list(pairs)
-    _check_pairs(model, pairs)
+    check_pairs(model, pairs)
     spec = model.spec
     base_seqs, donor_seqs, lengths, T = sides(pairs, config.direction)
     labels = np.arange(-T, 0)
@@ -207,7 +209,7 @@ def run_attribution(model, pairs: Sequence[PatchPair], config: PatchingConfig | 
             donor_last = model.forward(donor_b, last_only=True)[:, -1]
         donor = {(k, l): cap[Site(l, k)] for k in kinds for l in range(spec.n_layers)}
     run = _base_run(model, base_b, kinds, config, pairs, want_calls=qk)
-    donor_value = _metric(config, donor_last, pairs)
+    donor_value = metric_values(config, donor_last, pairs)
     gap = donor_value - run.value
     if config.normalize:
         check_gap(gap, metric_name(config.metric))
@@ -238,8 +240,8 @@ def run_attribution(model, pairs: Sequence[PatchPair], config: PatchingConfig | 
         shape = est.shape[1:]
         g = stats.column_mean_ci(est.reshape(len(pairs), -1), n_boot=config.n_boot, seed=config.seed)
         grids[site] = SiteGrid(
-            site=site, kind=kind.value, axes=list(axes), mean=_nested(g.mean, shape), lo=_nested(g.lo, shape),
-            hi=_nested(g.hi, shape), n_pairs=g.n.reshape(shape).tolist(), per_pair=_nested(est, est.shape),
+            site=site, kind=kind.value, axes=list(axes), mean=nested(g.mean, shape), lo=nested(g.lo, shape),
+            hi=nested(g.hi, shape), n_pairs=g.n.reshape(shape).tolist(), per_pair=nested(est, est.shape),
             positions=pos_labels if "position" in axes else None,
             kv_query_heads=[[h for h in range(spec.n_heads) if spec.kv_head_of(h) == kv]
                             for kv in range(spec.n_kv_heads)] if "kv_head" in axes else None)

@@ -30,7 +30,9 @@ from interp.hooks.capture import Capture
 from interp.hooks.interventions import Intervention
 from interp.sites import Site, as_heads
 from interp.patching.pairs import PatchPair
-from interp.patching.run import PatchingConfig, _check_pairs, _metric, check_gap, metric_name, sides
+from interp.patching.config import PatchingConfig
+from interp.patching.metrics import check_gap, metric_name, metric_values
+from interp.patching.plan import check_pairs, sides
 
 VIAS = ("q", "k", "v", "logits")
 
@@ -109,7 +111,7 @@ def run_path_patching(model, pairs: Sequence[PatchPair], senders, receivers=(), 
 
     config = config or PatchingConfig()
     pairs = list(pairs)
-    _check_pairs(model, pairs)
+    check_pairs(model, pairs)
     spec = model.spec
     if via not in VIAS:
         raise InvalidInputError(f"unknown path {via!r}; valid: {', '.join(VIAS)}")
@@ -141,7 +143,7 @@ def run_path_patching(model, pairs: Sequence[PatchPair], senders, receivers=(), 
             base_last = model.forward(base_batch, last_only=True)[:, -1]
     donor_out = {l: cap_d[Site(l, "head_out")] for l in range(L)}
     base_out = {l: cap_b[Site(l, "head_out")] for l in range(L)}
-    donor_value, base_value = _metric(config, donor_last, pairs), _metric(config, base_last, pairs)
+    donor_value, base_value = metric_values(config, donor_last, pairs), metric_values(config, base_last, pairs)
 
     groups = [[s] for s in senders] + ([list(senders)] if len(senders) > 1 else [])
     names = [str(s) for s in senders] + (["all"] if len(senders) > 1 else [])
@@ -176,7 +178,7 @@ def run_path_patching(model, pairs: Sequence[PatchPair], senders, receivers=(), 
                     last = model.forward(ids, attention_mask=att, last_only=True)[:, -1]
         lasts.append(last)
     last = torch.cat(lasts)
-    raw = _metric(config, last, [pairs[int(i)] for i in rows_pair]).reshape(len(groups), P)
+    raw = metric_values(config, last, [pairs[int(i)] for i in rows_pair]).reshape(len(groups), P)
     gap = donor_value - base_value
     if config.normalize:
         check_gap(gap, metric_name(config.metric))
