@@ -305,10 +305,9 @@ def long_child(spec: dict) -> None:
             finally:
                 h.remove()
         elif what.startswith("atp-base-pass"):  # the probed forward + backward alone (no donor pass)
-            from interp.patching.attribution import _base_run
+            from interp.patching.attribution import base_run
 
-            _base_run(model, model.pad([pair.corrupt]), {"head_out"}, PatchingConfig(sites=("head_out",)), [pair],
-                      want_calls=False)
+            base_run(model, model.pad([pair.corrupt]), {"head_out"}, PatchingConfig(sites=("head_out",)), [pair])
         else:
             method, sites = what.split(" ")
             run_attribution(model, [pair], PatchingConfig(sites=tuple(sites.split(",")), normalize=False, n_boot=10),

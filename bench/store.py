@@ -6,8 +6,8 @@ arrays (7 sites of [tokens, 384] float32, like MiniLM's residual stream, plus th
 metadata), produced batch by batch, written
     store      interp.store.StoreWriter: shards appended batch by batch, fsync + rename + manifest,
                each file's CRC-32 updated batch by batch as it is written (the default)
-    store-nosum     the same with the checksum switched off (writer._CHECKSUM_ALGO = None, bench only)
-    store-serial    the same with the CRC-32 computed in the writing thread (writer._CHECKSUM_THREAD)
+    store-nosum     the same with the checksum switched off (StoreWriter(checksum=None), bench only)
+    store-serial    the same with the CRC-32 computed in the writing thread (StoreWriter(checksum_thread=False))
     store-sha256, store-blake2b, store-adler32   (--algos) the store with another checksum
     np.save    numpy: each shard's arrays concatenated in memory, then np.save per file
     np.save+fsync   the same, with an fsync per file (the durability the store pays for)
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -43,20 +42,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import MiB, ROOT, HERE, PeakMemory, run_child  # noqa: E402
+from _common import MiB, ROOT, HERE, PeakMemory  # noqa: E402
+from store_common import run_store_child, save_npy, writer_options  # noqa: E402
 
 SITES, D, BATCH_TOKENS, SHARD_TOKENS = 7, 384, 2048, 32768
 RSS_MODEL = dict(vocab_size=1024, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
                  num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=512, tie_word_embeddings=False)
-
-
-def run_store_child(spec: dict, script: str | Path = __file__, timeout: float = 1800, stream: bool = False) -> dict:
-    """A store measurement in a fresh process (bench/_common.run_child). glibc's dynamic mmap threshold makes RSS
-    depend on allocation history; pinning it makes large buffers go back to the OS when freed, so the peak RSS
-    measures live memory."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(spec.get("threads", 1)), "OPENBLAS_NUM_THREADS": "1",
-           "TOKENIZERS_PARALLELISM": "false", "MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
-    return run_child(spec, timeout, script, env=env, stream=stream, cwd=ROOT)
 
 
 # ------------------------------------------------------------------------------- children
@@ -80,19 +71,12 @@ def child_write(spec: dict) -> dict:
     from interp.store import StoreWriter
 
     n, out, how = spec["tokens"], Path(spec["dir"]), spec["how"]
-    if how.startswith("store"):
-        import interp.store.writer as writer
-
-        opts = how.split("-")[1:]
-        writer._CHECKSUM_THREAD = "serial" not in opts
-        algo = ([o for o in opts if o != "serial"] or ["crc32"])[0]
-        writer._CHECKSUM_ALGO = None if algo == "nosum" else algo
     t0 = time.perf_counter()
     if how.startswith("store"):
         header = {"identity": {"bench": n}, "sites": {f"L{i}.resid_pre": {"shape": [D], "dtype": "float32"}
                                                       for i in range(SITES)},
                   "meta": ["tokens", "positions", "seq", "special", "category"]}
-        with StoreWriter(out, header) as w:
+        with StoreWriter(out, header, **writer_options(how)) as w:
             it = _batches(n)
             for start in range(0, n, SHARD_TOKENS):
                 m = min(SHARD_TOKENS, n - start)
@@ -113,17 +97,6 @@ def child_write(spec: dict) -> dict:
     dt = time.perf_counter() - t0
     data = sum(p.stat().st_size for p in out.rglob("*.npy"))
     return {"seconds": dt, "bytes": data}
-
-
-def save_npy(path: Path, arr, fsync: bool) -> None:
-    """The np.save baselines' write of one file; with `fsync` the durability the store pays for."""
-    import numpy as np
-
-    np.save(path, arr)
-    if fsync:
-        fd = os.open(path, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
 
 
 def _ckpt(path: Path) -> Path:
@@ -188,7 +161,7 @@ def part_write(args, root: Path) -> list[dict]:
     for rep in range(args.repeats):
         for how in kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]:  # rotate the order: no fixed slot
             d = root / f"w-{how}-{rep}"
-            r = run_store_child({"mode": "write", "how": how, "tokens": args.tokens, "dir": str(d)})
+            r = run_store_child({"mode": "write", "how": how, "tokens": args.tokens, "dir": str(d)}, __file__)
             shutil.rmtree(d, ignore_errors=True)
             rows.append({"how": how, "rep": rep, **r})
             print(f"  {how:16s} rep {rep}: " + (f"{r['bytes'] / MiB / r['seconds']:.0f} MB/s" if "seconds" in r
@@ -204,7 +177,7 @@ def part_rss(args, root: Path) -> list[dict]:
             d = root / f"r-{how}-{n}"
             d.mkdir(parents=True)
             r = run_store_child({"mode": "rss", "how": how, "tokens": n, "dir": str(d), "ckpt": str(ckpt),
-                           "threads": args.threads})
+                                 "threads": args.threads}, __file__)
             shutil.rmtree(d, ignore_errors=True)
             rows.append({"how": how, "target_tokens": n, **r})
             print(f"  {how:6s} {n:7d} tokens: " + (f"peak +{r['peak_bytes'] / MiB:.0f} MiB" if "peak_bytes" in r

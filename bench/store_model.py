@@ -9,7 +9,7 @@ of real text (the fetched Sherlock Holmes text, `interp texts fetch sherlock-hol
 generator where it is missing or too short) cut into sequences of 512 tokens, run in batches of 8
 sequences until the site data reaches --gb GiB (default 1). The activations are computed ONCE, before
 any timing (a fresh process on --threads threads, through the store's own batch code,
-interp.store.cache._run_batch), and kept in a scratch .npy per array; each write measurement (a
+interp.store.cache.batch_rows), and kept in a scratch .npy per array; each write measurement (a
 fresh process) loads them all into RAM first, so the timing compares writers on identical arrays,
 not forward passes (unlike the synthetic mode, whose times include producing the batches).
   write     store (StoreWriter, default settings: crc32 in a second thread, fsync + rename + manifest;
@@ -54,7 +54,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import GiB, HERE, MiB  # noqa: E402
-from store import run_store_child, save_npy  # noqa: E402
+from store_common import run_store_child, save_npy, writer_options  # noqa: E402
 
 SEQ_LEN, MODEL_BATCH = 512, 8  # sequences of 512 tokens, 8 per forward / per append
 
@@ -109,7 +109,7 @@ def child_prep(spec: dict) -> dict:
 
     torch.set_num_threads(spec["threads"])
     from interp.models.loading import load_model
-    from interp.store.cache import _run_batch, resolve_sites
+    from interp.store.cache import batch_rows, resolve_sites
 
     t0 = time.perf_counter()
     model = load_model(spec["model"], device="cpu")
@@ -136,7 +136,7 @@ def child_prep(spec: dict) -> dict:
             for j in range(i, min(i + MODEL_BATCH, n_seq)):
                 x = ids[j * SEQ_LEN:(j + 1) * SEQ_LEN]
                 seqs.append((x, np.isin(x, special_ids).astype(np.uint8), cats[j * SEQ_LEN:(j + 1) * SEQ_LEN]))
-            rows = _run_batch(model, sites, seqs, i, "float32")
+            rows = batch_rows(model, sites, seqs, i, "float32")
             a, b = i * SEQ_LEN, (i + len(seqs)) * SEQ_LEN
             for name, arr in out.items():
                 if len(rows[name]) != b - a:
@@ -176,11 +176,6 @@ def child_write_model(spec: dict) -> dict:
 
     src, out, how = Path(spec["src"]), Path(spec["dir"]), spec["how"]
     info = json.loads((src / "info.json").read_text())
-    if how.startswith("store"):
-        import interp.store.writer as writer
-
-        algo = how.split("-", 1)[1] if "-" in how else "crc32"
-        writer._CHECKSUM_ALGO = None if algo == "nosum" else algo
     t_load = time.perf_counter()
     arrays = {name: np.load(src / f"{name}.npy") for name in info["sites"] + info["meta"]}  # into RAM
     load_s = time.perf_counter() - t_load
@@ -191,7 +186,7 @@ def child_write_model(spec: dict) -> dict:
                   "model": {"name": info["model_name"]},
                   "sites": {s: {"shape": [info["d_model"]], "dtype": "float32"} for s in info["sites"]},
                   "meta": info["meta"]}
-        with StoreWriter(out, header) as w:
+        with StoreWriter(out, header, **writer_options(how)) as w:
             for a, b, n_seq in _shard_ranges(info):
                 sw = w.shard(b - a, n_seq)
                 for i in range(a, b, step):

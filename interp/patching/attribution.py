@@ -107,7 +107,9 @@ class _Run:
     value: np.ndarray  # per-pair raw metric
 
 
-def _base_run(model, batch, kinds: set[str], config, pairs, want_calls: bool) -> _Run:
+def base_run(model, batch, kinds: set[str], config, pairs, want_calls: bool = False) -> _Run:
+    """The probed base run, AtP's one forward and backward: every layer's activations of `kinds` and the metric's
+    gradient with respect to them, the per-pair metric, and (`want_calls`) each layer's attention call."""
     L = model.spec.n_layers
     probes = _Probes(kinds, L)
     cap = Capture([Site(l, k) for k in sorted(kinds) for l in range(L)])
@@ -208,7 +210,7 @@ def run_attribution(model, pairs: Sequence[PatchPair], config: PatchingConfig | 
         with model.intervene(cap):
             donor_last = model.forward(donor_b, last_only=True)[:, -1]
         donor = {(k, l): cap[Site(l, k)] for k in kinds for l in range(spec.n_layers)}
-    run = _base_run(model, base_b, kinds, config, pairs, want_calls=qk)
+    run = base_run(model, base_b, kinds, config, pairs, want_calls=qk)
     donor_value = metric_values(config, donor_last, pairs)
     gap = donor_value - run.value
     if config.normalize:

@@ -117,7 +117,9 @@ def _tokenize(tok, texts: list[str], cfg: CacheConfig):
     return seqs
 
 
-def _run_batch(model, sites: list[Site], seqs, seq0: int, dtype: str) -> dict:
+def batch_rows(model, sites: list[Site], seqs, seq0: int, dtype: str) -> dict:
+    """One forward pass over `seqs` ((tokens, special, category) per sequence, numbered from `seq0`): every array a
+    shard holds for them, {site name or metadata name: rows}, padding left out; site rows in `dtype`."""
     import torch
 
     from interp.hooks.capture import Capture
@@ -146,7 +148,7 @@ def _write_shard(sw, model, sites, seqs, seq0: int, cfg, progress):
     try:
         for i in range(0, len(seqs), cfg.batch_size):
             part = seqs[i:i + cfg.batch_size]
-            sw.append(_run_batch(model, sites, part, seq0 + i, cfg.dtype))
+            sw.append(batch_rows(model, sites, part, seq0 + i, cfg.dtype))
             if progress is not None:
                 progress(len(part))
     except BaseException:

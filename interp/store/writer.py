@@ -24,13 +24,6 @@ from interp.store.format import (CHECKSUM_ALGO, FORMAT, MANIFEST, META_ARRAYS, S
                      StoreError, StoreMismatchError, WriterLock, check_shard_checksums, fsync_dir, npy_bytes,
                      npy_header, read_manifest, shard_name, write_manifest)
 
-# Private, for bench/store.py only: the algorithm new shards are checksummed with; None writes no
-# checksums (such a store is refused by every reader: it measures what the checksum costs).
-_CHECKSUM_ALGO: str | None = CHECKSUM_ALGO
-# Private, for bench/store.py only: False computes the checksums in the writing thread, after each write.
-_CHECKSUM_THREAD = True
-
-
 def _normalise(obj):
     return json.loads(json.dumps(obj))
 
@@ -48,12 +41,19 @@ class StoreWriter:
     per-token metadata arrays, from META_ARRAYS) and any descriptive fields (model, dataset, config).
     overwrite=True discards an existing store at `path` (only a store: other non-empty folders are
     always refused).
+    The checksum knobs are for measuring what the checksum costs (bench/store.py): `checksum` is the algorithm
+    new shards are checksummed with (format.CHECKSUM_ALGO, CRC-32, by default; another one `Checksum` knows, or
+    None for no checksums, a store every reader refuses); `checksum_thread=False` computes the checksums in the
+    writing thread after each write instead of in a second thread that overlaps the writes.
     """
 
-    def __init__(self, path, header: dict, overwrite: bool = False, follower: bool = False):
+    def __init__(self, path, header: dict, overwrite: bool = False, follower: bool = False,
+                 checksum: str | None = CHECKSUM_ALGO, checksum_thread: bool = True):
         self.path = Path(path)
         self.header = _normalise(header)
         self.overwrite = overwrite
+        self.checksum = checksum
+        self.checksum_thread = checksum_thread
         # follower: another rank of a sharded cache. It writes shard files (`ShardWriter.finalize`) but holds
         # no lock and never writes the manifest: rank 0's writer opened the store and commits every entry.
         self.follower = follower
@@ -79,7 +79,7 @@ class StoreWriter:
             diff = _diff(self.manifest.get("identity", {}), self.header["identity"])
             if diff:
                 raise StoreMismatchError(f"{p}: the store rank 0 opened has other settings: " + "; ".join(diff))
-            if _CHECKSUM_THREAD:
+            if self.checksum_thread:
                 self._hasher = ThreadPoolExecutor(1, thread_name_prefix="interp-store-checksum")
             return self
         try:
@@ -93,7 +93,7 @@ class StoreWriter:
         except BaseException:
             self.lock.release()
             raise
-        if _CHECKSUM_THREAD:
+        if self.checksum_thread:
             self._hasher = ThreadPoolExecutor(1, thread_name_prefix="interp-store-checksum")
         return self
 
@@ -193,7 +193,7 @@ class ShardWriter:
         self.tmp.mkdir()
         self.layout = {m: ((), META_ARRAYS[m]) for m in writer.header["meta"]}
         self.layout.update({s: (tuple(v["shape"]), v["dtype"]) for s, v in writer.header["sites"].items()})
-        self.algo = _CHECKSUM_ALGO
+        self.algo = writer.checksum
         self.files = {}
         self.sums: dict[str, Checksum] = {}
         for name, (shape, dtype) in self.layout.items():

@@ -193,14 +193,11 @@ def test_a_version_1_store_asks_for_a_rewrite(model, tmp_path):
 
 @pytest.mark.parametrize("algo, thread", [("crc32", True), ("crc32", False), ("adler32", True), ("sha256", True),
                                           ("blake2b", False)])
-def test_each_checksum_algorithm_round_trips_and_catches_a_flip(tmp_path, monkeypatch, algo, thread):
-    import interp.store.writer as writer
-
-    monkeypatch.setattr(writer, "_CHECKSUM_ALGO", algo)
-    monkeypatch.setattr(writer, "_CHECKSUM_THREAD", thread)  # in a second thread (default) or after each write
+def test_each_checksum_algorithm_round_trips_and_catches_a_flip(tmp_path, algo, thread):
     header = {"identity": {"t": 1}, "sites": {"L1.resid_pre": {"shape": [8], "dtype": "float32"}}, "meta": ["seq"]}
     rng = np.random.default_rng(0)
-    with StoreWriter(tmp_path / "s", header) as w:
+    # checksums in a second thread (the default) or after each write
+    with StoreWriter(tmp_path / "s", header, checksum=algo, checksum_thread=thread) as w:
         for k in range(2):
             sw = w.shard(30, 3)
             for j in range(3):
@@ -215,12 +212,9 @@ def test_each_checksum_algorithm_round_trips_and_catches_a_flip(tmp_path, monkey
         store.verify()
 
 
-def test_a_store_written_without_checksums_is_refused(tmp_path, monkeypatch):
-    import interp.store.writer as writer
-
-    monkeypatch.setattr(writer, "_CHECKSUM_ALGO", None)  # the bench's switch
+def test_a_store_written_without_checksums_is_refused(tmp_path):
     header = {"identity": {"t": 1}, "sites": {"L1.resid_pre": {"shape": [4], "dtype": "float32"}}, "meta": []}
-    with StoreWriter(tmp_path / "s", header) as w:
+    with StoreWriter(tmp_path / "s", header, checksum=None) as w:  # the bench's switch
         sw = w.shard(2, 1)
         sw.append({"L1.resid_pre": np.ones((2, 4))})
         sw.commit()
