@@ -27,7 +27,7 @@ already, so they run whole.
 
 Layer skipping (`skip_layers`, default on): a row whose cell sits at layer l leaves layers < l as in
 the base run, so it starts at layer l from the base run's residual stream entering that layer
-(captured once; `patching.skip.start_at`), with the KV cache of earlier positions as above. A pass
+(captured once; `models.skip.start_at`), with the KV cache of earlier positions as above. A pass
 starts at the lowest start layer of its rows; rows are grouped by start layer, and passes are only
 merged across start layers where a separate pass would cost more (its fixed overhead) than the
 layers the merge recomputes. Exact up to float rounding (the equality tests run with it on and off).
@@ -59,7 +59,7 @@ from interp.patching.plan import (aligned_axis, check_pairs, grid_shape, planned
                                   sides, site_rows)
 from interp.patching.result import (PatchingResult, SiteGrid, axis_tokens, nested, pooled_effect, site_effect,
                                     unstable_gaps)
-from interp.patching.skip import start_at
+from interp.models.skip import start_at
 
 # the names this module held before the package was split by role (config, plan, metrics, result) stay importable
 # from here: `from interp.patching.run import run_patching, PatchingConfig, PatchingResult, SiteGrid`
