@@ -49,7 +49,7 @@ def _end_sweep(ok: bool, refused: bool) -> None:
     InterpError: the rerun will differ); a run that crashed or was interrupted keeps them (and says so), so
     rerunning the same command resumes. Then leave the process group, if any."""
     from interp.runtime import distributed
-    from interp.cli.output import console
+    from interp.cli.output import print_line
 
     sw = distributed.current()
     distributed.end(ok or refused)
@@ -57,8 +57,7 @@ def _end_sweep(ok: bool, refused: bool) -> None:
     kept = len(list(sw.folder.glob("*/*.json"))) if not ok and sw is not None and sw.folder is not None and \
         sw.folder.is_dir() else 0
     if kept:
-        console().print(f"{kept} finished sweep units kept in {sw.folder}: rerun the same command to resume from "
-                        "them", highlight=False, soft_wrap=True)
+        print_line(f"{kept} finished sweep units kept in {sw.folder}: rerun the same command to resume from them")
     distributed.finish()
 
 
@@ -105,11 +104,11 @@ def main(argv: list[str] | None = None) -> None:
                 commit_staged(True)  # the files reach --out, run.json last; refuses to mix two runs
                 ok = True
         except InterpError as e:
-            from interp.cli.output import console, other_rank
+            from interp.cli.output import console, other_rank, print_line
 
             refused = True
             where = f" (rank {os.environ.get('RANK')})" if other_rank() else ""
-            console(every_rank=True).print(f"[bold red]error{where}:[/] {e}", highlight=False, soft_wrap=True)
+            print_line(str(e), f"[bold red]error{where}[/]", console(every_rank=True))
             sys.exit(2)
         except KeyboardInterrupt:
             sys.exit(130)

@@ -241,7 +241,7 @@ def report(dirs: list[str] = typer.Argument(..., help="Run folders (each with it
     """Rebuild each run folder's report page (index.html) and figure pages from its result files."""
     from pathlib import Path
 
-    from interp.cli.output import console
+    from interp.cli.output import print_line
 
     from interp.errors import InvalidInputError
     from interp.figures.report import RESULTS, write_report
@@ -259,9 +259,9 @@ def report(dirs: list[str] = typer.Argument(..., help="Run folders (each with it
         raise InvalidInputError("; ".join(skipped))
     checked = [(p, *_report_inputs(p)) for p in done]  # every folder's files checked before any page is written
     for note in skipped:
-        console().print(f"note: skipped {note}", highlight=False)
+        print_line(f"skipped {note}", "note")
     for p, run, results in checked:
-        console().print(f"{write_report(p, run, results)}", highlight=False)
+        print_line(f"{write_report(p, run, results)}")
 
 
 def _report_inputs(folder):

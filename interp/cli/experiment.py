@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from interp.cli.options import given, niah_config
-from interp.cli.output import console, print_note, progress_bar
+from interp.cli.output import console, print_line, print_note, progress_bar
 from interp.runtime.jsonio import dumps
 from interp.cli.runs import final_path, write_result
 from interp.errors import InvalidInputError
@@ -49,11 +49,10 @@ def inherit_grid(ctx, saved, lengths: str, depths: str, seeds: int):
     differ = [f"{flag[k]} {now[k]} (detected on {det[k]})" for k in now if k not in taken and str(now[k]) != str(det[k])]
     c = console()
     if taken:
-        c.print(f"note: NIAH grid from {saved.path}: " + ", ".join(f"{flag[k]} {now[k]}" for k in taken)
-                + " (the detection's prompts: heads are selected and tested on the same seeds)", highlight=False,
-                soft_wrap=True)
+        print_line(f"NIAH grid from {saved.path}: " + ", ".join(f"{flag[k]} {now[k]}" for k in taken)
+                   + " (the detection's prompts: heads are selected and tested on the same seeds)", "note", c)
     if differ:
-        c.print("note: not the detection's grid: " + "; ".join(differ), highlight=False, soft_wrap=True)
+        print_line("not the detection's grid: " + "; ".join(differ), "note", c)
     return now["lengths"], now["depths"], now["seeds"]
 
 
@@ -87,10 +86,9 @@ def prepare_heads(m, heads: str, niah, task, saved, threshold: float, batch_size
         sel.detection["file"] = str(final_path(o) / "retrieval.json")
         sel.detection["prompts_file"] = str(final_path(o) / prompts_file)
         names = [str(h) for h in sel.heads]
-        console().print(
-            f"detected {len(names)} retrieval heads (score > {threshold}) on this run's NIAH grid: "
-            f"{', '.join(names[:30])}{' ...' if len(names) > 30 else ''} (saved as retrieval.json; "
-            "--from DIR reuses a detection)", highlight=False, soft_wrap=True)
+        print_line(f"detected {len(names)} retrieval heads (score > {threshold}) on this run's NIAH grid: "
+                   f"{', '.join(names[:30])}{' ...' if len(names) > 30 else ''} (saved as retrieval.json; "
+                   "--from DIR reuses a detection)")
     return exp
 
 

@@ -44,6 +44,14 @@ def echo(text: str, nl: bool = True) -> None:
         typer.echo(text, nl=nl)
 
 
+def print_line(text: str, label: str = "", con=None) -> None:
+    """One message on stderr (or on `con`): `label` (rich markup, e.g. "[yellow]warning[/]"), then `text` exactly
+    as given: its square brackets are escaped, not read as markup ("[n, seq_len]" stays)."""
+    from rich.markup import escape
+
+    (con or console()).print(f"{label}: {escape(text)}" if label else escape(text), highlight=False, soft_wrap=True)
+
+
 def heads_cell(heads, shown: int = 6) -> str:
     """A table's heads column: the heads themselves (the first `shown` and a count when there are more)."""
     if not heads:
@@ -70,7 +78,7 @@ def print_tests(stem: str, d: dict, digits: int = 2, lines: bool = True) -> None
         c.print(f"{r['test']} ({r['metric']}, paired): {f(r['estimate'])}{ci}{p}{holm}", highlight=False,
                 soft_wrap=True)
     for n in notes:
-        c.print(f"note: {n}", highlight=False, soft_wrap=True)
+        print_line(n, "note", c)
 
 
 def note_niah(m, niah) -> None:
@@ -84,7 +92,7 @@ def note_niah(m, niah) -> None:
 def print_note(note: str | None) -> None:
     """A note (if any) as one line on stderr."""
     if note:
-        console().print(f"note: {note}", highlight=False, soft_wrap=True)
+        print_line(note, "note")
 
 
 class _LazyProgress:

@@ -313,7 +313,7 @@ def _top_cells(values, full, g: dict, k: int = 5) -> list[str]:
 
 def _print(d: dict, out, ioi: dict | None = None) -> None:
     import numpy as np
-    from interp.cli.output import console
+    from interp.cli.output import console, print_line
 
     c = console()
     if ioi is not None:
@@ -370,5 +370,5 @@ def _print(d: dict, out, ioi: dict | None = None) -> None:
                     f"{m['cell']}: {m['estimate']:+.3f} vs {m['exact']:+.3f}" for m in v["largest_misses"]),
                     highlight=False, soft_wrap=True)
             for w in v["sign_warnings"]:
-                c.print(f"  [yellow]warning[/]: the estimate has the wrong sign on a top cell: {w}")
+                print_line(f"the estimate has the wrong sign on a top cell: {w}", "  [yellow]warning[/]", c)
     c.print(f"written to {final_path(out)}/")

@@ -80,7 +80,7 @@ def plan(model: Optional[str] = typer.Option(None, "--model", "-m", help="Alias 
         return
     from rich.table import Table
 
-    from interp.cli.output import stdout_console
+    from interp.cli.output import print_line, stdout_console
 
     out = stdout_console()
     t = Table(title=f"{name}: {analysis}, {worst.dtype}, budget {gib(budget)} ({budget_source})")
@@ -101,4 +101,4 @@ def plan(model: Optional[str] = typer.Option(None, "--model", "-m", help="Alias 
                       f"per row {gib(p.per_row)}), over the budget of {gib(budget)}: use a shorter length, a smaller "
                       f"dtype (--model-dtype), a bigger device, or another budget (--budget-gib)", highlight=False)
     for note in dict.fromkeys(n for p in plans for n in p.notes):
-        out.print(f"note: {note}", highlight=False)
+        print_line(note, "note", out)

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from interp.cli.output import console, echo, other_rank
+from interp.cli.output import echo, other_rank, print_line
 from interp.runtime.cost import Clock
 from interp.runtime.jsonio import dumps, write_json
 from interp.errors import InvalidInputError
@@ -60,7 +60,7 @@ def show_warning(message, category, filename, lineno, file=None, line=None, _def
 
     if isinstance(message, InterpWarning) or (isinstance(category, type) and issubclass(category, InterpWarning)):
         current().warnings.append(str(message))
-        console().print(f"[yellow]warning[/]: {message}", highlight=False, soft_wrap=True)
+        print_line(str(message), "[yellow]warning[/]")
     elif _default is not None:
         _default(message, category, filename, lineno, file, line)
 
