@@ -26,6 +26,7 @@ from interp.experiments import (Comparison, ConditionStats, NiahTask, baseline, 
 from interp.experiments.conditions import Condition
 from interp.hooks.interventions import AblateHeads
 from interp.hooks.window import HeadMasking
+from interp.runtime.progress import plan
 from interp.tasks.niah import NiahConfig, resolve_niah
 from interp.sites import HeadId
 
@@ -131,6 +132,7 @@ def run_ablation(model, config: AblationConfig, samples: Sequence | None = None,
 
     controls = random_head_controls(heads, model.spec, ablate, config.draws, config.seed, config.random_pool)
     conditions = [baseline(), Condition("target", ablate(heads), role="target", heads=heads), *controls.conditions]
+    plan(progress, len(conditions) * task.n, controls.fewer())
     outcomes = run_conditions(model, task, conditions, config.batch_size, progress)
     writes = write_norms(model, task.inputs(8), config.batch_size)
     pooled = controls.pooled_name

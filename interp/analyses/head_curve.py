@@ -29,6 +29,7 @@ from interp.experiments import NiahTask, baseline, compare, run_conditions
 from interp.experiments.conditions import Condition
 from interp.hooks.interventions import AblateHeads
 from interp.hooks.window import HeadMasking, kv_memory
+from interp.runtime.progress import plan
 from interp.sites import HeadId
 from interp.tasks.niah import NiahConfig, resolve_niah
 
@@ -222,6 +223,7 @@ def run_head_curve(model, config: HeadCurveConfig, samples: Sequence | None = No
         if ctl:
             pools[f"random-{k}"] = [c.name for c in ctl]
             direct.append((f"target-{k}", f"random-{k}"))
+    plan(progress, len(conds) * task.n)
     outcomes = run_conditions(model, task, conds, config.batch_size, progress)
     comp = compare(outcomes, pools=pools, direct=direct, n_boot=config.n_boot, n_perm=config.n_perm, seed=config.seed)
     m = comp.metric

@@ -45,6 +45,7 @@ from interp.hooks.interventions import ABLATION_MODES, AblateHeads, Intervention
 from interp.hooks.rows import compute_rows
 from interp.tasks.repeated import (RepeatedConfig, bos_id, build_repeated_batches, resolve_source,
                               token_pool)
+from interp.runtime.progress import plan
 from interp.sites import HeadId, as_heads
 
 PATTERNS = ("prev_token", "duplicate", "induction")
@@ -232,6 +233,12 @@ def detect_induction_heads(model, config: InductionConfig | None = None, progres
     pool = token_pool(model, config.tokens)
     bos = config.bos_id if config.bos_id is not None else bos_id(model)
     batches = build_repeated_batches(pool, config.repeated, bos)
+    n_sweep = 1 + spec.n_layers * spec.n_heads if config.sweep else 0
+
+    def planned(causal: int, why: str | None = None) -> None:  # steps: lengths, OV scores, conditions run
+        plan(progress, len(batches) + 1 + causal + n_sweep, why)
+
+    planned(2 + config.draws if config.causal else 0)  # until the heads are known: as if some are found
     rec = PatternRecorder()
     rec.bind(model)
     task = RepeatedTask(batches, reference=_reference_batches(config, pool, bos) if config.mode == "mean" else None)
@@ -277,10 +284,12 @@ def detect_induction_heads(model, config: InductionConfig | None = None, progres
     means, note = (reference_means(model, task, config.batch_size) if config.mode == "mean"
                    and ((target and config.causal) or config.sweep) else (None, None))
     causal = None
+    if config.causal and not target:
+        planned(0, f"no head's induction score is above {config.threshold}: no causal check")
     if target and config.causal:
         near = {f"L{l}H{h}": round(float(ind[l, h]), 6) for l, h in zip(*np.nonzero(ind > config.threshold))
                 if HeadId(int(l), int(h)) not in set(target)}
-        causal = _causal_check(model, task, clean, target, source, config, means, note, progress, near)
+        causal = _causal_check(model, task, clean, target, source, config, means, note, progress, near, planned)
     sweep = _sweep(model, task, clean, config, means, progress) if config.sweep else None
     cfg = asdict(config)
     cfg["heads"] = None if config.heads is None else [str(h) for h in as_heads(config.heads)]
@@ -304,7 +313,7 @@ def _sweep(model, task, clean, config, means, progress) -> dict:
     heads = [HeadId(l, h) for l in range(spec.n_layers) for h in range(spec.n_heads)]
     conds = [baseline()] + [head_ablation(str(h), [h], config.mode, means) for h in heads]
     out = run_conditions(model, task, conds, config.batch_size, known={"baseline": clean},
-                         progress=(lambda n: progress(n / (task.n * spec.n_heads))) if progress else None)
+                         progress=_by_condition(progress, task.n))
     late = np.zeros((spec.n_layers, spec.n_heads))
     early = np.zeros_like(late)
     for h in heads:
@@ -334,7 +343,22 @@ def _reference_batches(config: InductionConfig, pool, bos):
     return build_repeated_batches(pool, ref_cfg, bos)
 
 
-def _causal_check(model, task, clean, target, source, config, means, note, progress, near: dict) -> dict:
+def _by_condition(progress, n: int):
+    """`progress` advanced by whole conditions, from the runner's steps (`n` samples per condition)."""
+    if not progress:
+        return None
+    done = [0]
+
+    def advance(k: int) -> None:
+        before = done[0] // n
+        done[0] += k
+        if done[0] // n > before:
+            progress(done[0] // n - before)
+
+    return advance
+
+
+def _causal_check(model, task, clean, target, source, config, means, note, progress, near: dict, planned) -> dict:
     """The induction heads ablated vs matched random heads, paired per sequence (second-copy loss, ICL). `near`:
     {head: induction score} of the heads above the threshold that are not ablated: kept out of the random sets
     (control_exclude "near"), else any drawn into a set is named (`controls_overlap`)."""
@@ -350,8 +374,9 @@ def _causal_check(model, task, clean, target, source, config, means, note, progr
                             f"{k}: " + ", ".join(f"{h} ({near[h]:.3f})" for h in v) for k, v in overlap.items())
                         + " (control_exclude='near' keeps them out)")
     conds = [baseline(), head_ablation("target", target, config.mode, means, role="target"), *controls.conditions]
+    planned(len(conds), controls.fewer())
     out = run_conditions(model, task, conds, config.batch_size, known={"baseline": clean},
-                         progress=(lambda n: progress(n / task.n)) if progress else None)
+                         progress=_by_condition(progress, task.n))
     pooled = controls.pooled_name
     pools = {pooled: controls.names} if controls.names else {}
     comp = compare(out, metrics=("late_loss", "icl"), tested=("late_loss", "icl"), pools=pools,

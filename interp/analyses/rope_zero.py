@@ -32,6 +32,7 @@ from typing import Sequence
 from interp.errors import InvalidInputError
 from interp.experiments import (Comparison, Condition, NiahTask, PromptTask, baseline, compare, random_head_controls,
                            run_conditions, text_items)
+from interp.runtime.progress import plan
 from interp.hooks.interventions import ZeroRopeDims
 from interp.models.rope import heads_by_theta, one_pair_order, resolve_dims
 from interp.tasks.niah import NiahConfig, resolve_niah
@@ -199,6 +200,7 @@ def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence | None = None
                 pools[f"{kind}-{dose}"] = [c.name for c in group]
                 direct.append((f"target-{dose}", f"{kind}-{dose}"))
     kw = dict(n_boot=config.n_boot, n_perm=config.n_perm, seed=config.seed)
+    plan(progress, len(conds) * task.n)
     comp = compare(run_conditions(model, task, conds, config.batch_size, progress), pools=pools, direct=direct, **kw)
     texts = PromptTask(text_items(_task_texts(model, config), "corpus"), "loss",
                        name=f"{config.niah.haystack} passages" if config.niah.haystack_file else "corpus passages")
@@ -220,12 +222,6 @@ def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence | None = None
         sample_ids=task.sample_ids, config=cfg, provenance=provenance(model),
         controls_note="; ".join(f"{d.dose} {config.unit}: {d.random_dims_note}" for d in doses
                                 if d.random_dims_note) or None)
-
-
-def random_dims_draws(rope, config: RopeZeroConfig, dose: int) -> list:
-    """The random-dim pair sets a dose of `config` will run (distinct; fewer than `random_draws` when fewer exist):
-    what a progress bar counts before the run."""
-    return _random_dims(rope, config, dose, resolve_dims(rope, config.band, dose, config.unit))[0]
 
 
 def _random_dims(rope, config: RopeZeroConfig, dose: int, band) -> tuple[list, str, str | None]:

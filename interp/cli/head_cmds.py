@@ -88,7 +88,7 @@ def detect_induction(model: Optional[str] = MODEL,
                           copy_tokens=copy_tokens, embedding=embedding, n_boot=n_boot, n_perm=n_boot, sweep=sweep,
                           control_exclude=control_exclude)
     _run(model, device, model_dtype, revision, device_map, max_memory, out, overwrite, "induction",
-         lambda m: len(cfg.repeated.lengths) + 3 + draws + (m.spec.n_layers if sweep else 0),
+         lambda m: None,  # the total: planned by the analysis (the heads it finds, the distinct random sets)
          lambda m, advance: detect_induction_heads(m, cfg, progress=advance), _print_induction,
          as_json, cfg=cfg, batch_size=batch_size, seq_len=lambda m: 2 * max(cfg.repeated.lengths) + 1, n_seqs=seqs)
 

@@ -96,33 +96,65 @@ def print_note(note: str | None) -> None:
 
 
 class _LazyProgress:
-    """A rich progress bar that appears at the first step: a run refused while it checks its inputs prints
-    only its one-line error, not an empty bar."""
+    """The CLI's progress, shown from the first step (a run refused while it checks its inputs prints only its
+    one-line error, not an empty bar): a rich bar on a terminal; in a log or a pipe, plain lines at most every
+    $INTERP_PROGRESS_EVERY seconds and one at the end (`runtime.progress.PlainLines`). Called as `advance(n)`;
+    takes the analysis's plan (`runtime.progress.plan`): its total, and why work was left out."""
 
-    def __init__(self, total, description: str):
+    def __init__(self, total, description: str, con=None):
+        self.con = con if con is not None else console()
+        self.total, self.description, self.why = total, description, None
+        self.completed = 0
+        self.bar = self.lines = None
+
+    def _start(self) -> None:
+        if not self.con.is_terminal:
+            from interp.runtime.progress import PlainLines
+
+            self.lines = PlainLines(self.total, self.description, lambda line: print_line(line, con=self.con))
+            self.lines.plan(self.total, self.why)
+            return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                             console=console(), transient=False)
-        self.task = self.prog.add_task(description, total=total)
-        self.started = False
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=self.con, transient=False)
+        self.task = self.bar.add_task(self._title(), total=self.total)
+        self.bar.start()
 
-    def advance(self, n: int) -> None:
-        if not self.started:
-            self.prog.start()
-            self.started = True
-        self.prog.advance(self.task, n)
+    def _title(self) -> str:
+        from rich.markup import escape
+
+        return escape(self.description + (f" ({self.why})" if self.why else ""))
+
+    def __call__(self, n: int = 1) -> None:
+        if self.bar is None and self.lines is None:
+            self._start()
+        self.completed += n
+        if self.bar is not None:
+            self.bar.advance(self.task, n)
+        else:
+            self.lines.advance(n)
+
+    def plan(self, total: int, why: str | None = None) -> None:
+        self.total, self.why = total, why
+        if self.bar is not None:
+            self.bar.update(self.task, total=total, description=self._title())
+        elif self.lines is not None:
+            self.lines.plan(total, why)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        if self.started:
-            self.prog.stop()
+        if self.bar is not None:
+            self.bar.stop()
+        elif self.lines is not None:
+            self.lines.close()
         return False
 
 
 def progress_bar(total: int | None, description: str):
-    """(context manager, advance(n)) of a progress bar on stderr, shown from the first advance."""
+    """(context manager, advance(n)) of the CLI's progress on stderr (`_LazyProgress`), shown from the first
+    advance; `total` None: the analysis plans it (`runtime.progress.plan`)."""
     p = _LazyProgress(total, description)
-    return p, p.advance
+    return p, p

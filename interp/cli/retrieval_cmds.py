@@ -141,7 +141,7 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
 
         if decode_only:
             raise InvalidInputError("--decode-only applies to a single ablation, not to --curve")
-        prog, advance = progress_bar(exp.n_prompts * (1 + len(k_list) * (1 + draws)), f"{curve} curve conditions")
+        prog, advance = progress_bar(None, f"{curve} curve conditions")  # the total: planned by the analysis
         with prog:
             res = head_curve(m, kind=curve, ks=k_list, mode=mode, window=window, sinks=sinks, draws=draws, random_pool=random_pool, seed=seed,
                              batch_size=batch_size, experiment=exp, progress=advance)
@@ -150,7 +150,7 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
         if not (as_json or csv):
             _print_curve(res, o)
         return
-    prog, advance = progress_bar(exp.n_prompts * (2 + draws), "ablation conditions")
+    prog, advance = progress_bar(None, "ablation conditions")  # the total: planned by the analysis
     with prog:
         res = run(m, experiment=exp, mode=mode, window=window, sinks=sinks, decode_only=decode_only, draws=draws, random_pool=random_pool,
                   seed=seed, batch_size=batch_size, progress=advance)

@@ -66,16 +66,7 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
     niah = niah_for_model(m, niah) if task is None or detecting else None
     batch_size = experiment_batch(m, batch_size, niah, task, detecting=detecting)
     exp = prepare_heads(m, heads, niah, task, saved, threshold, batch_size, o, seed)
-    from interp.analyses.rope_zero import RopeZeroConfig, random_dims_draws
-    from interp.experiments import random_head_controls
-    from interp.models.rope import one_pair_order
-
-    # the conditions that will run: distinct random-dim sets and matched head sets (fewer where fewer exist)
-    plan = RopeZeroConfig(heads=tuple(exp.heads), band=band, doses=tuple(doses), unit=unit, random_draws=random_draws,
-                          seed=seed, random_dims=random_dims)
-    n_sets = len(random_head_controls(exp.heads, m.spec, lambda hs: (), head_draws, seed).conditions)
-    n_runs = 1 + sum(1 + len(random_dims_draws(one_pair_order(m.spec), plan, d)) + n_sets for d in doses if d > 0)
-    prog, advance = progress_bar(exp.n_prompts * n_runs, "rope-zero conditions")
+    prog, advance = progress_bar(None, "rope-zero conditions")  # the total: the conditions the analysis plans
     with prog:
         res = run(m, experiment=exp, band=band, doses=doses, unit=unit, side=side, random_draws=random_draws,
                   head_draws=head_draws, seed=seed, batch_size=batch_size, progress=advance, random_dims=random_dims)

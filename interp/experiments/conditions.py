@@ -65,6 +65,13 @@ class Controls:
         k = len(self.conditions)
         return f"random (mean of {k} set{'' if k == 1 else 's'})"
 
+    def fewer(self) -> str | None:
+        """"k of n random head sets: no more distinct ones" when fewer sets than asked exist, else None (a
+        progress bar's reason for its smaller total)."""
+        if len(self.conditions) >= self.requested:
+            return None
+        return f"{len(self.conditions)} of {self.requested} random head sets: no more distinct ones"
+
     def note(self) -> str | None:
         """Why there are fewer sets than asked, or None."""
         if len(self.conditions) >= self.requested:

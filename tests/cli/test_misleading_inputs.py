@@ -212,11 +212,11 @@ def test_progress_bars_know_their_totals(capsys, tmp_path):
                             str(tmp_path / "p")], capsys)
     assert code == 0, err
     rows = json.loads((tmp_path / "p" / "patching.json").read_text())["n_rows"]
-    assert re.search(rf"patching rows \S* {rows}/{rows}", err), err
+    assert re.search(rf"patching rows (\S* )?{rows}/{rows}", err), err
     code, _, err = run_cli(["patch", "--model", "tiny-llama", "--task", "niah", "--lengths", "256", "--depths", "0.5",
                             "--n-seeds", "2", "--site", "resid_pre,head_out", "--method", "atp", "--verify-top", "0",
                             "--verify-sample", "0", "--out", str(tmp_path / "a")], capsys)
-    assert code == 0 and re.search(r"atp sites \S* 2/2", err), err
+    assert code == 0 and re.search(r"atp sites (\S* )?2/2", err), err
     code, _, err = run_cli(["ablate", "--model", "tiny-llama", "--heads", "retrieval", *GRID, "--draws", "1", "--out",
                             str(tmp_path / "b")], capsys)
-    assert code == 0 and re.search(r"retrieval detection \S* 2/2", err), err
+    assert code == 0 and re.search(r"retrieval detection (\S* )?2/2", err), err
