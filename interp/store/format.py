@@ -3,7 +3,8 @@
 Layout of a store directory::
 
     DIR/manifest.json        the source of truth (replaced atomically after every committed shard)
-    DIR/.lock                held (flock) by the one writer; the kernel releases it if the writer dies
+    DIR/.lock                held (flock) by the one writer, naming its pid; removed when the writer finishes
+                             (the kernel releases the flock of a writer that dies)
     DIR/shards/00000/        one folder per committed shard, listed in the manifest
         tokens.npy           [n_tokens] int32: token ids (real tokens only, no padding)
         positions.npy        [n_tokens] int32: position ids the model saw (0 = first real token)
@@ -318,7 +319,8 @@ def check_shard_checksums(root: Path, shard: dict) -> None:
 
 
 class WriterLock:
-    """An exclusive, non-blocking flock on DIR/.lock. Released by the kernel if the process dies."""
+    """An exclusive, non-blocking flock on DIR/.lock, which names the writer's pid. `release` removes the file
+    (a finished writer leaves no lock naming it); the kernel releases the flock of a writer that dies."""
 
     def __init__(self, path: Path):
         self.path = Path(path) / LOCK
@@ -327,26 +329,41 @@ class WriterLock:
     def acquire(self) -> None:
         import fcntl
 
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            holder = ""
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
-                holder = f" (pid {self.path.read_text().strip()})"
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                pass
-            raise StoreLockedError(f"store {self.path.parent} is being written by another process{holder}; "
-                                   f"wait for it to finish or stop it (a killed writer releases the lock)") from None
+                os.close(fd)
+                holder = ""
+                try:
+                    holder = f" (pid {self.path.read_text().strip()})"
+                except OSError:
+                    pass
+                raise StoreLockedError(f"store {self.path.parent} is being written by another process{holder}; "
+                                       f"wait for it to finish or stop it (a killed writer releases the lock)") from None
+            if self._current(fd):
+                break
+            os.close(fd)  # the file was removed by a writer finishing meanwhile: lock the new one
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self.fd = fd
+
+    def _current(self, fd: int) -> bool:
+        """Whether `fd` is still the file at DIR/.lock (not one a finishing writer removed after we opened it)."""
+        try:
+            return os.stat(self.path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            return False
 
     def release(self) -> None:
         if self.fd is not None:
             import fcntl
 
+            try:
+                self.path.unlink()  # while still held: a writer that opened it retries on the new file
+            except FileNotFoundError:
+                pass
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = None

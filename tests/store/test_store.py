@@ -156,6 +156,8 @@ def test_uncommitted_leftovers_are_discarded_on_resume(model, tmp_path):
 
 
 def test_second_writer_is_refused(model, tmp_path):
+    import os
+
     from interp.store.format import WriterLock
 
     out = tmp_path / "s"
@@ -168,6 +170,10 @@ def test_second_writer_is_refused(model, tmp_path):
     finally:
         lock.release()
     cache_activations(model, TextList(TEXTS), out, CacheConfig())  # free again
+    assert not (out / ".lock").exists()  # a finished writer leaves no lock naming its pid
+    lock.acquire()  # and the store is free for the next writer
+    assert (out / ".lock").read_text() == str(os.getpid())
+    lock.release()
 
 
 def test_bad_sites_and_layers(model, tmp_path):
