@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     with interrupt.watch():
         try:
             rc = app(args=argv, prog_name="interp", standalone_mode=False)  # returns typer.Exit's code
-            if interrupt.received() and rc in (0, None):  # a Ctrl-C the run swallowed: still an interrupted run
+            if interrupt.received():  # a Ctrl-C or SIGTERM the run swallowed (or made an exit code): interrupted
                 raise KeyboardInterrupt
             if not (isinstance(rc, int) and rc != 0):
                 commit_staged(True)  # the files reach --out, run.json last; refuses to mix two runs
@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> None:
             where = f" (rank {os.environ.get('RANK')})" if other_rank() else ""
             print_line(str(e), f"[bold red]error{where}[/]", console(every_rank=True))
             sys.exit(2)
-        except KeyboardInterrupt:
-            sys.exit(130)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the staged folder is dropped below
+            sys.exit(interrupt.exit_code())
         except Exception as e:
             # typer vendors click; its usage errors carry show() and exit_code (2): one line, like our own errors
             if hasattr(e, "show") and hasattr(e, "exit_code"):

@@ -242,6 +242,7 @@ def report(dirs: list[str] = typer.Argument(..., help="Run folders (each with it
     from pathlib import Path
 
     from interp.cli.output import print_line
+    from interp.cli.runs import partial_note
 
     from interp.errors import InvalidInputError
     from interp.figures.report import RESULTS, write_report
@@ -251,6 +252,8 @@ def report(dirs: list[str] = typer.Argument(..., help="Run folders (each with it
         p = Path(d)
         if not p.is_dir():
             skipped.append(f"{d}: no such run folder")
+        elif partial_note(p):  # a run still staging, or one killed before it cleaned up
+            skipped.append(f"{d}: {partial_note(p)}")
         elif not any((p / f"{stem}.json").is_file() for stem in RESULTS):
             skipped.append(f"{d} holds no interp result file ({', '.join(s + '.json' for s in RESULTS)})")
         else:

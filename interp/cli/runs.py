@@ -6,6 +6,7 @@ it was and a folder without run.json holds no finished run."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from interp.runtime.jsonio import dumps, write_json
 from interp.errors import InvalidInputError
 
 RUN_MARKER = "run.json"  # written last into every run folder: the command, the files, when it finished, its cost
+PARTIAL = re.compile(r"^\.(?P<name>.+)\.partial-(?P<pid>\d+)$")  # a run's staging folder: .NAME.partial-PID
 
 
 @dataclass
@@ -121,6 +123,7 @@ def out_dir(out: str | None, command: str, model: str, staged: bool = True, over
 
     stage = p.parent / f".{p.name}.partial-{os.getpid()}"
     shutil.rmtree(stage, ignore_errors=True)
+    remove_stale_partials(p.parent)
     top = p.parent  # the outermost folder this call creates: removed again if the run fails
     while not top.parent.exists() and top.parent != top:
         top = top.parent
@@ -133,6 +136,52 @@ def out_dir(out: str | None, command: str, model: str, staged: bool = True, over
                                 "choose a writable location") from None
     current().staged.append((stage, p, overwrite))
     return stage
+
+
+def partial_pid(p: Path) -> int | None:
+    """The pid of the run staging in folder `p` (named .NAME.partial-PID), or None for any other folder."""
+    m = PARTIAL.match(p.name)
+    return int(m.group("pid")) if m else None
+
+
+def partial_note(p: Path) -> str | None:
+    """What the staging folder `p` of a run is, for `interp report` (not a run), or None for any other folder."""
+    pid = partial_pid(p)
+    if pid is None:
+        return None
+    if pid_alive(pid):
+        return (f"the staging folder of a run still going (pid {pid}), not a run: its results go to "
+                f"{p.parent / PARTIAL.match(p.name).group('name')} when it finishes")
+    return (f"the staging folder of a run that was stopped (pid {pid} is not running), not a run: the next run "
+            f"into {p.parent} removes it")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process `pid` runs on this machine (one of another user counts)."""
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_partials(parent: Path) -> None:
+    """Remove the staging folders in `parent` of runs whose process is gone (killed before it could clean up),
+    with a note each; a running process's folder is left alone."""
+    import shutil
+
+    if not parent.is_dir():
+        return
+    for d in sorted(parent.iterdir()):
+        pid = partial_pid(d)
+        if pid is not None and d.is_dir() and not d.is_symlink() and not pid_alive(pid):
+            shutil.rmtree(d, ignore_errors=True)
+            print_line(f"removed {d}: the staging folder of a run that was stopped (pid {pid} is not running)",
+                       "note")
 
 
 def check_out_location(out: str | Path) -> None:
