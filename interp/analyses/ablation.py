@@ -28,7 +28,7 @@ from interp.hooks.interventions import AblateHeads
 from interp.hooks.window import HeadMasking
 from interp.runtime.progress import plan
 from interp.tasks.niah import NiahConfig, resolve_niah
-from interp.sites import HeadId
+from interp.sites import HeadId, as_heads
 
 
 @dataclass
@@ -58,6 +58,7 @@ class AblationConfig:
 
         check_fields(self, {"draws": 0, "batch_size": 1, "n_boot": 1, "n_perm": 1})
         self.masking = HeadMasking(self.mode, self.window, self.sinks)
+        self.heads = as_heads(self.heads)  # "L3H1" strings and (layer, head) pairs too
 
 
 @dataclass

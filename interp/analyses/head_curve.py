@@ -30,7 +30,7 @@ from interp.experiments.conditions import Condition
 from interp.hooks.interventions import AblateHeads
 from interp.hooks.window import HeadMasking, kv_memory
 from interp.runtime.progress import plan
-from interp.sites import HeadId
+from interp.sites import HeadId, as_head
 from interp.tasks.niah import NiahConfig, resolve_niah
 
 KINDS = ("keep", "mask")
@@ -71,7 +71,9 @@ class HeadCurveConfig:
         from interp.errors import check_fields
 
         check_fields(self, {"draws": 0, "batch_size": 1, "n_boot": 1, "n_perm": 1})
-        self.ranked, self.ks = tuple(self.ranked), tuple(int(k) for k in self.ks)
+        ranked = self.ranked.split(",") if isinstance(self.ranked, str) else self.ranked
+        self.ranked = tuple(as_head(h) for h in ranked)  # in rank order; "L3H1" strings and (layer, head) pairs too
+        self.ks = tuple(int(k) for k in self.ks)
         if self.kind not in KINDS:
             raise InvalidInputError(f"curve kind {self.kind!r}: use keep (mask all but the top k) or mask (the top k)")
         self.masking = HeadMasking(self.mode, self.window, self.sinks)

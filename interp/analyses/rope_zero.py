@@ -36,7 +36,7 @@ from interp.runtime.progress import plan
 from interp.hooks.interventions import ZeroRopeDims
 from interp.models.rope import heads_by_theta, one_pair_order, resolve_dims
 from interp.tasks.niah import NiahConfig, resolve_niah
-from interp.sites import HeadId
+from interp.sites import HeadId, as_heads
 
 RANDOM_DIMS = ("outside", "any")
 
@@ -73,6 +73,7 @@ class RopeZeroConfig:
     def __post_init__(self):
         from interp.errors import check_fields
 
+        self.heads = as_heads(self.heads)  # "L3H1" strings and (layer, head) pairs too
         if self.random_dims not in RANDOM_DIMS:
             raise InvalidInputError(f"random dims from {self.random_dims!r}: valid are {', '.join(RANDOM_DIMS)}")
 

@@ -110,9 +110,12 @@ def random_head_controls(target: Sequence, spec, make, draws: int, seed: int = 0
                     [str(h) for h in exclude])
 
 
-def head_ablation(name: str, heads: Sequence[HeadId], mode: str = "zero", means=None, role: str = "other"
+def head_ablation(name: str, heads: Sequence, mode: str = "zero", means=None, role: str = "other"
                   ) -> Condition:
+    """A condition masking `heads` (HeadIds, "L3H1" strings or (layer, head) pairs; none: the baseline's
+    interventions)."""
     from interp.hooks.interventions import AblateHeads
+    from interp.sites import as_heads
 
-    heads = tuple(heads)
+    heads = as_heads(heads)
     return Condition(name, (AblateHeads(heads, mode=mode, means=means),) if heads else (), role=role, heads=heads)

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from interp.sites import HeadId
+from interp.sites import as_heads
 
 @dataclass
 class WriteNorms:
@@ -21,8 +21,10 @@ class WriteNorms:
     def median(self) -> float:
         return float(np.median(self.norms))
 
-    def relative(self, heads: Sequence[HeadId]) -> float | None:
-        """Mean write norm of `heads` relative to the model's median head (None for no heads)."""
+    def relative(self, heads: Sequence) -> float | None:
+        """Mean write norm of `heads` (HeadIds, "L3H1" strings or (layer, head) pairs) relative to the model's
+        median head (None for no heads)."""
+        heads = as_heads(heads)
         if not heads or self.median <= 0:
             return None
         return float(np.mean([self.norms[h.layer, h.head] for h in heads]) / self.median)

@@ -40,10 +40,13 @@ def require_rope(spec) -> RopeSpec:
 
 
 def heads_by_theta(spec, heads) -> dict[float, list[str]]:
-    """{rope_theta: [head ids]} for query heads `heads` (HeadIds): which RoPE base each head rotates with.
-    One key for models whose layers share a RoPE; Gemma-3 splits sliding (1e4) from full-attention (1e6)."""
+    """{rope_theta: [head ids]} for query heads `heads` (HeadIds, "L3H1" strings or (layer, head) pairs): which
+    RoPE base each head rotates with. One key for models whose layers share a RoPE; Gemma-3 splits sliding (1e4)
+    from full-attention (1e6)."""
+    from interp.sites import as_heads
+
     out: dict[float, list[str]] = {}
-    for h in heads:
+    for h in as_heads(heads):
         out.setdefault(spec.theta_of(h.layer), []).append(str(h))
     return dict(sorted(out.items()))
 
