@@ -495,7 +495,6 @@ def _damaged_files_interp_wrote(t: Path, f: dict) -> None:
                           ("store_halfjson", text[:len(text) // 2])):
         (t / name / "shards").mkdir(parents=True)
         (t / name / "manifest.json").write_text(content)
-        (t / name / ".lock").write_text("")  # a store's lock file (a writer opening it would create one)
         f[name] = str(t / name)
     result = {"model": "tiny-qwen2", "scores": [[0.1, 0.0]], "heads": [], "threshold": 0.1, "streaming": [[0.0, 0.0]],
               "sweep": [{"threshold": 0.1, "n_heads": 0}], "config": {"niah": {}}}

@@ -94,7 +94,7 @@ def test_minilm_encoder_loads_and_matches_plain_bert():
 
 
 @pytest.mark.parametrize("args,msg", [
-    (["ablate", "--mode", "shuffle"], "valid modes are zero, mean, uniform"),
+    (["ablate", "--mode", "shuffle"], "valid modes: zero, mean, uniform, window"),
     (["ablate", "--random-pool", "layers"], "use layer (same count per layer) or any"),
     (["ablate", "--lengths", "abc"], "--lengths must be comma-separated integers"),
     (["ablate", "--depths", "0,2"], "depths must lie in [0, 1]"),
