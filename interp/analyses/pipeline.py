@@ -121,37 +121,61 @@ def rope_zero(model, heads="retrieval", *, niah=None, task=None, from_dir=None, 
     return run_rope_zero(model, cfg, samples=exp.samples, task=exp.task, progress=progress)
 
 
-def detection_ranking(exp: HeadExperiment) -> tuple[tuple, str]:
-    """(every head ranked best first, what ranked them) from the experiment's retrieval detection: the one run
-    now, or the saved retrieval.json it was read from."""
+RANKINGS = ("retrieval", "attention-mass")  # or a folder holding a streaming.json (far-context necessity)
+
+
+def detection_ranking(exp: HeadExperiment, rank_by: str = "retrieval") -> tuple[tuple, str]:
+    """(every head ranked best first, what ranked them). `rank_by`: "retrieval" (the experiment's retrieval
+    detection: the one run now, or the saved retrieval.json it was read from), "attention-mass" (the same
+    detection's attention mass on sinks + recent keys, lowest first: the heads that read far context most), or a
+    folder holding a streaming.json of the same model (far-context necessity, highest first)."""
     import json
     from pathlib import Path
 
     from interp.analyses.head_curve import rank_heads
     from interp.errors import InvalidInputError
 
+    if rank_by not in RANKINGS:
+        f = Path(rank_by) / "streaming.json"
+        if not f.is_file():
+            raise InvalidInputError(f"--rank-by {rank_by!r}: use retrieval, attention-mass or a folder holding a "
+                                    "streaming.json (`interp detect streaming`)")
+        d = json.loads(f.read_text(encoding="utf-8"))
+        if d.get("model") != exp.model_name:
+            raise InvalidInputError(f"{f} was computed on {d.get('model')!r}, not {exp.model_name!r}")
+        return rank_heads([[-1e9 if v is None else v for v in row] for row in d["scores"]]), \
+            f"far-context necessity (from {f})"
     sel = exp.selection
     if sel.source.startswith("retrieval"):
+        key = "scores" if rank_by == "retrieval" else "streaming"
+        what = "retrieval score" if rank_by == "retrieval" else "attention mass on sinks + recent keys, lowest first"
+        sign = 1.0 if rank_by == "retrieval" else -1.0
         if sel.detector_result is not None:
-            return rank_heads(sel.detector_result.scores), "retrieval score (detected on this run's NIAH grid)"
-        f = (sel.detection or {}).get("from")
-        if f:
-            return rank_heads(json.loads(Path(f).read_text(encoding="utf-8"))["scores"]), f"retrieval score (from {f})"
-    raise InvalidInputError("a head curve ranks every head by its retrieval score: use --heads retrieval (detected "
+            grid, where = getattr(sel.detector_result, key), "detected on this run's NIAH grid"
+        elif (sel.detection or {}).get("from"):
+            f = sel.detection["from"]
+            grid, where = json.loads(Path(f).read_text(encoding="utf-8"))[key], f"from {f}"
+        else:
+            grid = None
+        if grid is not None:
+            return rank_heads([[sign * v for v in row] for row in grid]), f"{what} ({where})"
+    raise InvalidInputError("a head curve ranks every head by a retrieval detection: use --heads retrieval (detected "
                             "now, or --from DIR with a saved detection)")
 
 
 def head_curve(model, heads="retrieval", *, kind: str = "keep", ks=(1, 2, 4, 8, 16), niah=None, task=None,
                from_dir=None, threshold: float = 0.1, mode: str = "zero", draws: int = 3, random_pool: str = "any",
                reach_frac: float = 0.95, seed: int = 0, batch_size: int = 8,
-               experiment: HeadExperiment | None = None, progress=None, window: int | None = None, sinks: int = 4):
-    """Keep only (kind="keep") or mask (kind="mask") the top k heads by retrieval score at each k, against k random
-    heads (interp.analyses.head_curve). `experiment` as in `ablate`."""
+               experiment: HeadExperiment | None = None, progress=None, window: int | None = None, sinks: int = 4,
+               rank_by: str = "retrieval"):
+    """Keep only (kind="keep") or mask (kind="mask") the top k heads by a ranking (`rank_by`, see
+    `detection_ranking`) at each k, against k random heads (interp.analyses.head_curve). `experiment` as in
+    `ablate`."""
     from interp.analyses.head_curve import HeadCurveConfig, run_head_curve
 
     exp = experiment or prepare_experiment(model, heads, niah=niah, task=task, from_dir=from_dir, threshold=threshold,
                                            seed=seed, batch_size=batch_size)
-    ranked, source = detection_ranking(exp)
+    ranked, source = detection_ranking(exp, rank_by)
     kw = {} if exp.niah is None else {"niah": exp.niah}
     cfg = HeadCurveConfig(ranked=ranked, ks=tuple(ks), kind=kind, mode=mode, draws=draws, random_pool=random_pool,
                           reach_frac=reach_frac, seed=seed, batch_size=batch_size, ranking_source=source,

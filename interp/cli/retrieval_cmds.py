@@ -103,6 +103,9 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
                                                "score; mask: mask the top k; at each --ks, against k random heads "
                                                "(head_curve.json) instead of one target set."),
            ks: str = typer.Option("1,2,4,8,16,32", "--ks", help="With --curve: the head counts k, comma-separated."),
+           rank_by: str = typer.Option("retrieval", "--rank-by", help="With --curve: rank heads by retrieval score, "
+                                       "attention-mass (lowest mass on sinks + recent keys first) or far-context "
+                                       "necessity (a folder holding a streaming.json)."),
            from_dir: Optional[str] = typer.Option(None, "--from", help="Reuse retrieval.json from this directory."),
            seed: int = typer.Option(0, "--seed", help="Seed of the random draws and bootstrap."),
            lengths: str = LENGTHS, depths: str = DEPTHS, seeds: int = SEEDS, haystack: Optional[str] = HAYSTACK,
@@ -127,6 +130,7 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
         raise InvalidInputError("--ks applies with --curve only (the head counts of a curve): add --curve keep or "
                                 "--curve mask, or drop --ks")
     k_list = _curve_ks(curve, ks, heads)
+    _check_rank_by(ctx, curve, rank_by)
     saved = saved_detection(heads, from_dir)
     niah = experiment_grid(ctx, saved, prompts, lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
     o, m = open_run("ablate", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
@@ -143,7 +147,8 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
             raise InvalidInputError("--decode-only applies to a single ablation, not to --curve")
         prog, advance = progress_bar(None, f"{curve} curve conditions")  # the total: planned by the analysis
         with prog:
-            res = head_curve(m, kind=curve, ks=k_list, mode=mode, window=window, sinks=sinks, draws=draws, random_pool=random_pool, seed=seed,
+            res = head_curve(m, kind=curve, ks=k_list, mode=mode, window=window, sinks=sinks, rank_by=rank_by,
+                             draws=draws, random_pool=random_pool, seed=seed,
                              batch_size=batch_size, experiment=exp, progress=advance)
         write_result(res, o, "head_curve", as_json, csv)
         write_task_prompts(task, exp.samples, m, o / "prompts.jsonl")
@@ -158,6 +163,20 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
     write_task_prompts(task, exp.samples, m, o / "prompts.jsonl")
     if not (as_json or csv):
         _print_ablation(res, o)
+
+
+def _check_rank_by(ctx, curve: Optional[str], rank_by: str) -> None:
+    """--rank-by checked before the model loads."""
+    from pathlib import Path
+
+    from interp.analyses.pipeline import RANKINGS
+
+    if curve is None and given(ctx, "rank_by"):
+        raise InvalidInputError("--rank-by applies with --curve only (the ranking of a curve): add --curve keep or "
+                                "--curve mask, or drop --rank-by")
+    if rank_by not in RANKINGS and not (Path(rank_by) / "streaming.json").is_file():
+        raise InvalidInputError(f"--rank-by {rank_by!r}: use retrieval, attention-mass or a folder holding a "
+                                "streaming.json (written by `interp detect streaming`)")
 
 
 def _curve_ks(curve: Optional[str], ks: str, heads: str) -> list[int] | None:
@@ -188,15 +207,18 @@ def _print_curve(res, out) -> None:
     what = "every head masked but the top k" if res.kind == "keep" else "the top k heads masked"
     t = Table(title=f"{res.model}: {what} ({res.mode}; ranked by {res.ranking_source}); baseline {res.metric} "
                     f"{res.baseline['mean']:.2f} [{res.baseline['lo']:.2f}, {res.baseline['hi']:.2f}]")
+    kv = any(p.kv_kept for p in res.points)  # mode window: the KV memory each point keeps
     for col in ("k", "top-k heads", f"{res.metric}, top k [95% CI]", "k random heads [95% CI]",
-                "top - random [95% CI]", "p (sign-flip)", "p (Holm)"):
+                "top - random [95% CI]", "p (sign-flip)", "p (Holm)") + (("KV kept, top k / random",) if kv else ()):
         t.add_column(col)
     for p in res.points:
         e, r, d = p.target["metric"], (p.random_pooled or {}).get("metric"), p.target_vs_random
+        kv_cell = () if not kv else (f"{p.kv_kept['target']:.1%} / " + ("-" if p.kv_kept["random_mean"] is None
+                                                                        else f"{p.kv_kept['random_mean']:.1%}"),)
         t.add_row(str(p.k), heads_cell(p.heads), f"{e['mean']:.2f} [{e['lo']:.2f}, {e['hi']:.2f}]",
                   "-" if r is None else f"{r['mean']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]",
                   "-" if d is None else f"{d['diff']:+.2f} [{d['diff_lo']:+.2f}, {d['diff_hi']:+.2f}]",
-                  p_cell(d), adjusted(d))
+                  p_cell(d), adjusted(d), *kv_cell)
     c = console()
     c.print(t)
     print_tests("head_curve", res.to_dict(), lines=False)

@@ -117,3 +117,21 @@ def test_the_keep_curve_in_window_mode_reports_the_kv_memory_kept(bundled):
     want = (1 * kv["context"] + (n_kv - 1) * 68) / (n_kv * kv["context"])
     assert kv["target"] == pytest.approx(want) and kv["target_windowed_kv_heads"] == n_kv - 1
     assert by_k[0].kv_kept["target"] == pytest.approx(68 / kv["context"])
+
+
+def test_curve_rankings_by_necessity_and_by_attention_mass(scan, tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from interp.analyses.pipeline import detection_ranking
+
+    model, res = scan
+    (tmp_path / "streaming.json").write_text(json.dumps(res.to_dict()))
+    ranked, source = detection_ranking(SimpleNamespace(model_name=model.name), str(tmp_path))
+    assert [str(h) for h in ranked[:4]] == [h for h, _ in res.top(4)] and "necessity" in source
+    with pytest.raises(InvalidInputError, match="not 'other'"):
+        detection_ranking(SimpleNamespace(model_name="other"), str(tmp_path))
+    det = SimpleNamespace(scores=[[0.0, 0.9], [0.5, 0.1]], streaming=[[0.2, 0.9], [0.1, 0.6]])
+    exp = SimpleNamespace(selection=SimpleNamespace(source="retrieval (detected)", detector_result=det, detection={}))
+    assert [str(h) for h in detection_ranking(exp, "attention-mass")[0]] == ["L1H0", "L0H0", "L1H1", "L0H1"]
+    assert [str(h) for h in detection_ranking(exp, "retrieval")[0]] == ["L0H1", "L1H0", "L1H1", "L0H0"]

@@ -155,6 +155,8 @@ CASES = [  # (command line, text the one-line error must contain)
     ("detect retrieval --sinks -1 NIAH", "'--sinks'"),
     ("detect retrieval --window 0 NIAH", "'--window'"),
     ("ablate --heads L0H0 --mode window NIAH", "mode window needs a window"),
+    ("ablate --heads retrieval --rank-by necessity NIAH", "applies with --curve only"),
+    ("ablate --heads retrieval --curve keep --rank-by /nonexistent NIAH", "--rank-by '/nonexistent': use retrieval"),
     ("ablate --heads L0H0 --mode window --window 0 NIAH", "window must be >= 1 token"),
     ("ablate --heads L0H0 --mode window --window 8 --sinks -1 NIAH", "'--sinks'"),
     ("ablate --heads L0H0 --mode zero --window 8 NIAH", "a window applies with mode window only"),
