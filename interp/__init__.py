@@ -23,6 +23,7 @@ _EXPORTS = {
     "RopeSpec": "models.spec",
     "AblateHeads": "hooks.interventions",
     "ZeroRopeDims": "hooks.interventions",
+    "WindowHeads": "hooks.window",
     "Capture": "hooks.capture",
     "Patch": "hooks.capture",
     "head_output_means": "hooks.capture",
@@ -53,6 +54,8 @@ _EXPORTS = {
     "detect_induction_heads": "analyses.induction",
     "CopySuppressionConfig": "analyses.copy_suppression",
     "detect_copy_suppression": "analyses.copy_suppression",
+    "StreamingConfig": "analyses.streaming",
+    "run_streaming_scan": "analyses.streaming",
     "logit_lens": "analyses.lens",
     "direct_logit_attribution": "analyses.lens",
     # activation patching

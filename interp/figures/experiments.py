@@ -100,7 +100,8 @@ def head_curve(result: dict):
     go = _go()
     pts = sorted(result["points"], key=lambda p: p["k"])
     fig = go.Figure()
-    for key, name in (("target", "top k by retrieval score"), ("random_pooled", "k random heads (pooled sets)")):
+    ranking = (result.get("ranking_source") or "retrieval score").split(" (")[0]
+    for key, name in (("target", f"top k by {ranking}"), ("random_pooled", "k random heads (pooled sets)")):
         xs = [p for p in pts if p.get(key)]
         fig.add_trace(go.Scatter(x=[p["k"] for p in xs], y=[p[key]["metric"]["mean"] for p in xs],
                                  mode="lines+markers", name=name, error_y=ci_error_y([p[key]["metric"] for p in xs])))
@@ -176,3 +177,45 @@ def necessity_heatmap(result: dict):
                             f"{c.get('streaming', 0)})")
     head_grid_axes(fig, len(z[0]) if z else 0, len(z))
     return fig
+
+
+@reads_result
+def kv_frontier(result: dict):
+    """A window-mode keep curve as the memory / accuracy frontier: the metric against the share of KV-cache memory
+    kept (full attention for the top k heads of the ranking, every other head windowed), for the ranking and the
+    random sets (their mean share), 95% CIs; None for other curves."""
+    pts = sorted([p for p in result["points"] if p.get("kv_kept")], key=lambda p: p["kv_kept"]["target"])
+    if result.get("mode") != "window" or not pts:
+        return None
+    go = _go()
+    fig = go.Figure()
+    ranking = (result.get("ranking_source") or "retrieval score").split(" (")[0]
+    fig.add_trace(go.Scatter(x=[p["kv_kept"]["target"] for p in pts], y=[p["target"]["metric"]["mean"] for p in pts],
+                             text=_k_labels(pts), mode="lines+markers+text", textposition="top center",
+                             name=f"top k by {ranking}", error_y=ci_error_y([p["target"]["metric"] for p in pts])))
+    rs = [p for p in pts if p.get("random_pooled") and p["kv_kept"].get("random_mean") is not None]
+    if rs:
+        fig.add_trace(go.Scatter(x=[p["kv_kept"]["random_mean"] for p in rs],
+                                 y=[p["random_pooled"]["metric"]["mean"] for p in rs], mode="lines+markers",
+                                 name="k random heads (pooled sets)",
+                                 error_y=ci_error_y([p["random_pooled"]["metric"] for p in rs])))
+    base = result["baseline"]["mean"]
+    fig.add_hline(y=base, line_dash="dot", line_color="grey", annotation_text=f"baseline {base:.2f}")
+    kv = pts[0]["kv_kept"]
+    cfg = result.get("config") or {}
+    fig.update_xaxes(tickformat=".0%", range=[0, 1.02])
+    fig.update_layout(title=f"{result['metric']} vs KV memory kept, {result['model']}: every head but the top k "
+                            f"windowed to {cfg.get('sinks')} sinks + {cfg.get('window')} keys<br>(KV bytes at "
+                            f"{kv['context']} tokens, per key-value head; 95% CI)", xaxis_title="KV-cache memory kept",
+                      **_metric_axis(result["metric"]))
+    return fig
+
+
+def _k_labels(pts) -> list[str]:
+    """One label per x position: points keeping the same memory share one label ("k=2,4"), on their last point."""
+    xs = [p["kv_kept"]["target"] for p in pts]
+    out = []
+    for i, p in enumerate(pts):
+        same = [q["k"] for q, x in zip(pts, xs) if x == xs[i]]
+        out.append("k=" + ",".join(map(str, same)) if i == len(xs) - 1 or xs[i + 1] != xs[i] else "")
+    return out

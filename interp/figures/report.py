@@ -34,7 +34,7 @@ def _figures_of(stem: str) -> Callable[[dict], dict] | None:
                                 "threshold_sweep": plotting.threshold_sweep(d),
                                 "niah_recall": plotting.niah_recall_heatmap(d)},
         "ablation": lambda d: {"metric_by_condition": plotting.metric_by_condition(d)},
-        "head_curve": lambda d: {"head_curve": plotting.head_curve(d)},
+        "head_curve": lambda d: {"head_curve": plotting.head_curve(d), "kv_frontier": plotting.kv_frontier(d)},
         "streaming": lambda d: {"necessity_heatmap": plotting.necessity_heatmap(d)},
         "rope_zero": lambda d: {"rope_dose_response": plotting.rope_dose_response(d)},
         "rope_profile": lambda d: {"rope_usage": plotting.rope_usage_heatmap(d)},
@@ -311,7 +311,8 @@ def _figures(folder: Path, stem: str, d: dict) -> dict:
     from interp.errors import InvalidInputError
 
     try:
-        return (_figures_of(stem) or (lambda _: {}))(d)
+        figs = (_figures_of(stem) or (lambda _: {}))(d)
+        return {name: fig for name, fig in figs.items() if fig is not None}  # None: a figure this result has not
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
         what = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
         raise InvalidInputError(f"result file {folder / (stem + '.json')} is damaged: its {stem} data cannot be "

@@ -24,10 +24,14 @@ def scan(bundled):
 
 
 def test_the_organisms_retrieval_heads_are_its_most_far_context_necessary(scan):
+    from interp.figures.experiments import necessity_heatmap
+
     _, res = scan
     assert sorted(h for h, _ in res.top(4)) == RETRIEVAL
     assert all(res.labels[2][h] == "far-context" for h in range(4, 8))
     assert res.counts["far-context"] == 4
+    fig = necessity_heatmap(res)
+    assert fig.data[0].text[2][4] == "●" and fig.data[0].text[0][0] == ""
 
 
 def test_a_cell_equals_windowing_that_head_by_hand(scan):
@@ -117,6 +121,11 @@ def test_the_keep_curve_in_window_mode_reports_the_kv_memory_kept(bundled):
     want = (1 * kv["context"] + (n_kv - 1) * 68) / (n_kv * kv["context"])
     assert kv["target"] == pytest.approx(want) and kv["target_windowed_kv_heads"] == n_kv - 1
     assert by_k[0].kv_kept["target"] == pytest.approx(68 / kv["context"])
+    from interp.figures.experiments import kv_frontier
+
+    fig = kv_frontier(res)  # the frontier figure: recall against the KV share each point keeps
+    assert list(fig.data[0].x) == sorted(p.kv_kept["target"] for p in res.points)
+    assert list(fig.data[0].y) == [by_k[0].target["metric"]["mean"], by_k[4].target["metric"]["mean"]]
 
 
 def test_curve_rankings_by_necessity_and_by_attention_mass(scan, tmp_path):

@@ -295,3 +295,24 @@ def test_smollm2_does_ioi_by_the_repetition_and_l23h3_carries_it():
     assert np.isfinite(eff).sum() == len(late)
     layer, head = divmod(int(np.nanargmax(eff)), eff.shape[1])
     assert (layer, head) == (23, 3) and eff[23, 3] > 0.5
+
+
+def test_gemma3_sliding_layers_windowed_to_their_own_512_keys_are_unchanged():
+    """Gemma-3-270M's 15 sliding-window layers read the last 512 keys, the query counted (transformers'
+    convention): windowing every head of those layers to 512 keys with no sinks changes no logit at 1024 tokens,
+    511 keys does."""
+    from interp.hooks.window import WindowHeads
+
+    model = model_of("gemma3-270m")
+    cfg = model.hf.config.get_text_config()
+    sliding = [i for i, t in enumerate(cfg.layer_types) if t == "sliding_attention"]
+    assert len(sliding) == 15 and cfg.sliding_window == 512
+    heads = [(l, h) for l in sliding for h in range(model.spec.n_heads)]
+    ids = model.tokenize(TEXT * 40).input_ids[:, :1024]
+    assert ids.shape[1] == 1024
+    plain = model.forward(ids)
+    with model.intervene(WindowHeads(heads, window=512, sinks=0)):
+        same = model.forward(ids)
+    assert (plain - same).abs().max() < 1e-3
+    with model.intervene(WindowHeads(heads, window=511, sinks=0)):
+        assert (plain - model.forward(ids)).abs().max() > 1e-2
