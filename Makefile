@@ -179,7 +179,7 @@ results-real-ioi: setup models
 # thread each, one model per target so the two run side by side; a reduced NIAH grid (3 depths x 4 seeds) on the
 # book. The 0.5B: induction and copy-suppression heads, retrieval heads at 1K/2K under both normalisations, NIAH
 # recall at 4K/8K, masking them vs layer-matched random sets at 2K (finding i), the per-head statistics (iii), IOI
-# (exact patching, AtP-QK vs exact). The 1.5B (head_dim 128, as Qwen2.5-7B): retrieval heads at 1K under both
+# (exact patching, AtP-QK vs exact), probes (with and without the first token). The 1.5B (head_dim 128, as Qwen2.5-7B): retrieval heads at 1K under both
 # normalisations, RoPE zeroing at the paper's doses, 8 / 16 / 32 of 128 dims (iv), masking (i), (iii), induction.
 QNIAH := --haystack sherlock-holmes --depths 0,0.5,1 --n-seeds 4
 QBF := --model-dtype bfloat16
@@ -203,6 +203,8 @@ results-real-qwen-0.5b: setup
 	$(QIOI) --site resid_pre --positions=-1 --out $(Q5)/ioi-last-abc
 	$(QIOI) --site head_out,resid_pre --method atp-qk --verify-top 20 --verify-sample 20 --out $(Q5)/ioi-abc-atp
 	$(RI) detect retrieval --model qwen2.5-coder-0.5b $(QBF) $(QNIAH) --lengths 4096,8192 --overwrite --out $(Q5)/retrieval-8k
+	$(RI) probe --model qwen2.5-coder-0.5b $(QBF) --overwrite --out $(Q5)/probe
+	$(RI) probe --model qwen2.5-coder-0.5b --store $(Q5)/probe/store --skip-first 1 --overwrite --out $(Q5)/probe-skip1
 
 results-real-qwen-1.5b: setup
 	$(I) models fetch qwen2.5-coder-1.5b
