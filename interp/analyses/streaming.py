@@ -35,6 +35,7 @@ from interp.errors import InvalidInputError
 from interp.hooks.capture import Capture
 from interp.hooks.window import WindowCells
 from interp.models.skip import start_at
+from interp.runtime import interrupt
 from interp.sites import Site
 from interp.tasks.niah import NiahConfig, resolve_niah
 
@@ -166,6 +167,7 @@ def _scan_one(model, ids: list[int], kind: str, n_answer: int, far_from: int, un
     for l, idx in by_layer.items():
         l0 = l if config.skip_layers else 0
         for c in range(0, len(idx), config.max_rows):
+            interrupt.check()  # a Ctrl-C / SIGTERM swallowed inside torch stops the scan here
             chunk = idx[c:c + config.max_rows]
             n = len(chunk)
             heads = [list(units[i][1]) for i in chunk]
