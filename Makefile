@@ -204,7 +204,7 @@ results-real-qwen-0.5b: setup
 	$(QIOI) --site head_out,resid_pre --method atp-qk --verify-top 20 --verify-sample 20 --out $(Q5)/ioi-abc-atp
 	$(RI) detect retrieval --model qwen2.5-coder-0.5b $(QBF) $(QNIAH) --lengths 4096,8192 --overwrite --out $(Q5)/retrieval-8k
 	$(RI) probe --model qwen2.5-coder-0.5b $(QBF) --overwrite --out $(Q5)/probe
-	$(RI) probe --model qwen2.5-coder-0.5b --store $(Q5)/probe/store --skip-first 1 --overwrite --out $(Q5)/probe-skip1
+	$(RI) probe --model qwen2.5-coder-0.5b $(QBF) --store $(Q5)/probe/store --skip-first 1 --overwrite --out $(Q5)/probe-skip1
 
 results-real-qwen-1.5b: setup
 	$(I) models fetch qwen2.5-coder-1.5b

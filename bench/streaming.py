@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(a.threads)
     model = interp.load_model(a.model, dtype=a.model_dtype)
     depths = tuple(float(x) for x in np.linspace(0.1, 0.7, a.prompts))
-    niah = NiahConfig(context_lengths=(a.length,), depths=depths, n_seeds=1, haystack=a.haystack)
+    niah = NiahConfig(context_lengths=(a.length,), depths=depths, n_seeds=1, haystack_file=a.haystack)
 
     def scan(skip: bool, niah_cfg=niah, texts=a.texts):
         cfg = StreamingConfig(niah=niah_cfg, window=a.window, sinks=a.sinks, texts=texts, max_rows=a.rows,
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
         res = run_streaming_scan(model, cfg)
         return res, time.process_time() - c0, time.perf_counter() - t0
 
-    warm = NiahConfig(context_lengths=(a.window + a.sinks + 32,), depths=(0.2,), n_seeds=1, haystack=a.haystack)
+    warm = NiahConfig(context_lengths=(a.window + a.sinks + 32,), depths=(0.2,), n_seeds=1, haystack_file=a.haystack)
     scan(True, warm, 0)
     fast, cpu_fast, wall_fast = scan(True)
     full, cpu_full, wall_full = scan(False)

@@ -219,10 +219,30 @@ def precision_rows() -> list[tuple[str, ...]]:
     return rows
 
 
+STREAMING = {"streaming-tiny-qwen2-cpu.json": "python bench/streaming.py"}
+
+
+def streaming_rows() -> list[tuple[str, ...]]:
+    rows = []
+    for name, cmd in STREAMING.items():
+        d = _load(name)
+        if d is None:
+            continue
+        what = (f"far-context necessity scan, {d['heads']} heads each windowed alone, {d['prompts']} NIAH prompts + "
+                f"{d['texts']} text of {d['length']} tokens, {d['model']}")
+        rows.append((what, "one full forward per head / interp (rows start at their layer), CPU time",
+                     f"{d['ratio_cpu_full_over_interp']:.2f}x", name, cmd))
+        per_fast = d["interp"]["cpu_s"] / d["interp"]["forwards"]
+        per_full = d["full"]["cpu_s"] / d["full"]["forwards"]
+        rows.append((what, "CPU time per forward-equivalent, interp / one full forward per head",
+                     f"{per_fast / per_full:.2f}", name, cmd))
+    return rows
+
+
 def table() -> str:
     head = ["| measurement | ratio of | value | result | command |", "|---|---|---|---|---|"]
     rows = (patching_rows() + attribution_rows() + overhead_rows() + detect_rows() + detect_real_rows()
-            + store_rows() + load_rows() + precision_rows())
+            + store_rows() + load_rows() + precision_rows() + streaming_rows())
     return "\n".join(head + [f"| {w} | {o} | {v} | `bench/results/{f}` | `{c}` |" for w, o, v, f, c in rows])
 
 
