@@ -98,6 +98,7 @@ class WindowHeads(Intervention):
         return KeyWindow(self.sinks, self.window, sel)
 
     def describe(self):
+        """JSON-able summary: type, rows, heads (as 'L3H1'), mode "window", window, sinks and `semantics`."""
         return {**super().describe(), "heads": [str(h) for h in self.heads], "mode": "window",
                 "window": self.window, "sinks": self.sinks,
                 "semantics": f"query heads read only the first {self.sinks} real tokens and the last {self.window} "
@@ -139,6 +140,7 @@ class WindowCells(Intervention):
         return KeyWindow(self.sinks, self.window, sel.to(device)) if hit else None
 
     def describe(self):
+        """JSON-able summary: the (layer, heads) windowed in each row, window and sinks."""
         return {**super().describe(), "cells": [[l, hs] for l, hs in zip(self.layers, self.heads)],
                 "mode": "window", "window": self.window, "sinks": self.sinks}
 
