@@ -173,6 +173,9 @@ class RetrievalResult:
     # end to the prompt's end: how far back the first answer token's query must reach), scores [layer][head]
     # (mean over the cell's used samples)}: where a head retrieves, e.g. inside or beyond a sliding window
     by_cell: list[dict] = field(default_factory=list)
+    # one prompt's attention rows of the shown heads at its last position (analyses.attention_example); None in
+    # files written before it was recorded
+    attention_example: dict | None = None
 
     def head_ids(self):
         from interp.sites import as_heads
@@ -242,7 +245,11 @@ def detect_retrieval_heads(model, config: RetrievalConfig | None = None, samples
                           "per_layer": [int(x) for x in (m > config.threshold).sum(1)]})
     jaccard = [{"lengths": [a["length"], b["length"]], "jaccard": _jaccard(a["heads"], b["heads"])}
                for i, a in enumerate(by_length) for b in by_length[i + 1:]]
+    from interp.analyses.attention_example import attention_example, shown_heads
+
+    example = attention_example(model, samples, ok.tolist(), shown_heads(mean, order)) if samples else None
     return RetrievalResult(
+        attention_example=example,
         by_cell=_by_cell(samples, scores, ok, use),
         model=model.name,
         scores=mean.round(6).tolist(),

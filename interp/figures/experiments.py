@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from interp.figures.base import _go, _metric_axis, ci_error_y, condition_colors, head_grid_axes, reads_result
+import math
+
+from interp.figures.base import _go, _metric_axis, ci_error_y, condition_colors, head_grid_axes, reads_result, wrap_title
 
 
 @reads_result
@@ -219,3 +221,45 @@ def _k_labels(pts) -> list[str]:
         same = [q["k"] for q, x in zip(pts, xs) if x == xs[i]]
         out.append("k=" + ",".join(map(str, same)) if i == len(xs) - 1 or xs[i + 1] != xs[i] else "")
     return out
+
+
+@reads_result
+def attention_rows_view(result: dict):
+    """Which keys the shown heads read on one NIAH prompt (a retrieval detection's `attention_example`): one small
+    panel per head, the attention weight (log scale) of the last prompt position's query over the key positions
+    (each point the max over `bin` keys when the row was pooled), the needle shaded; None without an example."""
+    ex = result.get("attention_example")
+    if not ex or not ex.get("heads"):
+        return None
+    from plotly.subplots import make_subplots
+
+    go = _go()
+    heads, width, n = ex["heads"], int(ex["bin"]), int(ex["n_keys"])
+    fig = make_subplots(rows=len(heads), cols=1, shared_xaxes=True, vertical_spacing=min(0.05, 0.3 / len(heads)))
+    for r, (name, row) in enumerate(heads.items(), start=1):
+        starts = [i * width for i in range(len(row))]
+        fig.add_trace(go.Scatter(x=[s + (width - 1) / 2 for s in starts], y=[max(v, ROW_FLOOR) for v in row],
+                                 customdata=[[s, min(s + width, n) - 1] for s in starts], mode="lines", name=name,
+                                 line={"width": 1.2}, showlegend=False,
+                                 hovertemplate=f"{name}, keys %{{customdata[0]}}-%{{customdata[1]}}: "
+                                               "%{y:.3g}<extra></extra>"), row=r, col=1)
+        fig.update_yaxes(title_text=f"{name}<br>weight", title_font_size=11, row=r, col=1)
+    lo, hi = ex["needle_span"]
+    x0, x1 = (lo // width) * width - 0.5, -(-hi // width) * width - 0.5  # the bins the needle touches
+    grow = max(0.0, n / 150 - (x1 - x0)) / 2  # at least ~1/150 of the axis wide, so a long prompt's needle shows
+    fig.add_vrect(x0=x0 - grow, x1=x1 + grow, row="all", col=1, fillcolor="crimson", opacity=0.25, line_width=0)
+    fig.update_yaxes(type="log", range=[math.log10(ROW_FLOOR), 0.05], tickvals=[1e-4, 1e-2, 1],
+                     ticktext=["1e-4", "0.01", "1"])
+    fig.update_xaxes(range=[-0.5, n - 0.5])
+    fig.update_xaxes(title_text="key position (token index in the prompt)", row=len(heads), col=1)
+    pooled = f"max over bins of {width} keys" if width > 1 else "every key"
+    sid = ex.get("sample_id", "")
+    fig.update_layout(
+        title=wrap_title(f"Attention of the query at the last prompt position ({ex['query_position']}) over the "
+                         f"{n}-key prompt {sid}, {result['model']}: red band = needle, keys {lo}-{hi - 1} "
+                         f"({pooled}; weights below {ROW_FLOOR:g} drawn at {ROW_FLOOR:g})", 100),
+        height=170 + 120 * len(heads), margin={"t": 120})
+    return fig
+
+
+ROW_FLOOR = 1e-4  # attention weights below it are drawn at it (log axis)
