@@ -19,7 +19,7 @@ MAX_HEADS = 8  # detected heads shown at most (the top by score)
 FALLBACK_HEADS = 4  # heads shown when none passes the threshold (the top by score)
 
 
-def max_pool(row: Sequence[float], max_bins: int = MAX_KEYS) -> tuple[list[float], int]:
+def max_pool(row: Sequence[float], max_bins: int) -> tuple[list[float], int]:
     """`row` max-pooled into at most `max_bins` bins of equal width (the last may be shorter): (pooled, width).
     A row of at most `max_bins` values comes back whole with width 1."""
     a = np.asarray(row, dtype=float)
@@ -34,7 +34,7 @@ def max_pool(row: Sequence[float], max_bins: int = MAX_KEYS) -> tuple[list[float
 def shown_heads(mean: np.ndarray, detected: Sequence[tuple]) -> list[tuple[int, int]]:
     """(layer, head) of the heads whose rows are shown: the detected ones (`detected`: (score, layer, head), best
     first) up to MAX_HEADS, or, when none was detected, the FALLBACK_HEADS best by mean score."""
-    if detected:
+    if len(detected):
         return [(int(l), int(h)) for _, l, h in detected[:MAX_HEADS]]
     flat = np.argsort(-mean, axis=None, kind="stable")[:FALLBACK_HEADS]
     return [tuple(int(x) for x in np.unravel_index(i, mean.shape)) for i in flat]
@@ -52,7 +52,7 @@ def attention_example(model, samples: Sequence, recalled: Sequence[bool], heads:
     n = rows.shape[-1]
     out, width = {}, 1
     for l, h in heads:
-        pooled, width = max_pool(rows[layers.index(l), h].tolist())
+        pooled, width = max_pool(rows[layers.index(l), h].tolist(), MAX_KEYS)
         out[f"L{l}H{h}"] = [float(f"{v:.4g}") for v in pooled]
     return {"sample_id": s.id, "recalled": bool(recalled[i]), "query_position": n - 1,
             "n_keys": int(n), "bin": width, "needle_span": [int(x) for x in s.needle_span], "heads": out}

@@ -131,3 +131,73 @@ def test_scores_by_cell_average_to_the_overall_scores_and_record_the_needle_dist
     assert np.allclose(pooled, res.scores, atol=1e-5)
     d = [c["distance"] for c in cells]
     assert d[0] > d[1] > d[2] > 0
+
+
+def _eager_last_rows(model, ids):
+    """The eager model's own softmax weights of the last position, [layer][head, key], for one prompt."""
+    eager = AutoModelForCausalLM.from_pretrained(model.source, attn_implementation="eager").eval()
+    with torch.no_grad():
+        return [a[0, :, -1].numpy() for a in eager(torch.tensor([ids]), output_attentions=True).attentions]
+
+
+def test_attention_example_holds_the_detected_heads_eager_rows_on_the_first_recalled_prompt(bundled, one_thread):
+    """The recorded rows equal the eager model's attention weights of the last prompt position, for the detected
+    heads (best first) on the first recalled prompt; the organism's perfect copiers peak inside the needle."""
+    model = bundled("tiny-qwen2")
+    niah = NiahConfig(context_lengths=(256,), depths=(0.25, 0.75), n_seeds=2)
+    samples = build_niah(model.tokenizer, niah)
+    res = detect_retrieval_heads(model, RetrievalConfig(niah=niah), samples=samples)
+    ex = res.attention_example
+    first = next(i for i, o in enumerate(res.outcomes) if o["recall"])
+    s = samples[first]
+    assert ex["sample_id"] == s.id and ex["recalled"] is True
+    assert ex["n_keys"] == len(s.input_ids) == ex["query_position"] + 1 and ex["bin"] == 1
+    assert ex["needle_span"] == list(s.needle_span)
+    assert list(ex["heads"]) == res.heads[:8] and res.heads
+    eager = _eager_last_rows(model, s.input_ids)
+    for name, row in ex["heads"].items():
+        l, h = (int(x) for x in name[1:].split("H"))
+        np.testing.assert_allclose(row, eager[l][h], rtol=2e-3, atol=1e-6)
+        if res.scores[l][h] >= 0.9:  # a head that copies every answer token reads the needle
+            assert s.needle_span[0] <= int(np.argmax(row)) < s.needle_span[1]
+    assert res.to_dict()["attention_example"] == ex  # written to retrieval.json
+
+
+def test_attention_example_pools_long_rows_and_shows_the_top_heads_when_none_passes(bundled, one_thread,
+                                                                                     monkeypatch):
+    """A row longer than MAX_KEYS is max-pooled (here 64 bins of the 248-key prompt: 4 keys each); with no head
+    above the threshold the four best by mean score are shown."""
+    from interp.analyses import attention_example as ae
+
+    monkeypatch.setattr(ae, "MAX_KEYS", 64)
+    model = bundled("tiny-qwen2")
+    niah = NiahConfig(context_lengths=(256,), depths=(0.5,), n_seeds=1)
+    samples = build_niah(model.tokenizer, niah)
+    res = detect_retrieval_heads(model, RetrievalConfig(niah=niah, threshold=2.0), samples=samples)
+    ex = res.attention_example
+    assert res.heads == [] and len(ex["heads"]) == 4
+    mean = np.array(res.scores)
+    assert sorted(mean[int(n[1:].split("H")[0]), int(n.split("H")[1])] for n in ex["heads"]) == \
+        sorted(mean.ravel())[-4:]
+    n = len(samples[0].input_ids)
+    w = -(-n // 64)
+    assert ex["bin"] == w == 4 and ex["n_keys"] == n
+    eager = _eager_last_rows(model, samples[0].input_ids)
+    for name, row in ex["heads"].items():
+        l, h = (int(x) for x in name[1:].split("H"))
+        by_hand = [eager[l][h][i:i + w].max() for i in range(0, n, w)]
+        assert len(row) == len(by_hand) <= 64
+        np.testing.assert_allclose(row, by_hand, rtol=2e-3, atol=1e-6)
+
+
+def test_max_pool_by_hand_and_head_choice():
+    from interp.analyses.attention_example import MAX_HEADS, max_pool, shown_heads
+
+    assert max_pool([0, 5, 1, 2, 3, 9, 4, 7, 6, 8], 4) == ([5, 9, 7, 8], 3)  # 10 keys -> 4 bins of 3 (last: 1)
+    assert max_pool(list(range(8)), 8) == (list(range(8)), 1)  # short enough: whole
+    pooled, w = max_pool(np.arange(1025.0), 1024)
+    assert w == 2 and len(pooled) == 513 and pooled[0] == 1 and pooled[-1] == 1024
+    mean = np.arange(12.0).reshape(3, 4)
+    detected = [(mean[l, h], l, h) for l, h in [(2, 3), (2, 2), (2, 1), (2, 0), (1, 3), (1, 2), (1, 1), (1, 0), (0, 3)]]
+    assert shown_heads(mean, detected) == [(l, h) for _, l, h in detected[:MAX_HEADS]] and MAX_HEADS == 8
+    assert shown_heads(mean, []) == [(2, 3), (2, 2), (2, 1), (2, 0)]  # none detected: the four best
