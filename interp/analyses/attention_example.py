@@ -1,10 +1,11 @@
 """One NIAH prompt's attention rows for a retrieval detection's report page: which keys the top heads read.
 
-For the first recalled prompt (else the first), the softmax row of each shown head at the last prompt position
-(the query that produces the answer's first token), recomputed from the real post-RoPE q and k by
-`hooks.rows.AttentionRows` in one extra forward pass of that prompt alone. A row longer than `MAX_KEYS` is
-max-pooled into at most `MAX_KEYS` bins of `bin` keys each (a sharp peak on the needle survives the pooling);
-the needle span stays in exact key indices.
+For one prompt (`example_index`: a recalled one at the longest context, its needle nearest mid-depth, away
+from the first tokens, often an attention sink, and from the recent window), the softmax row of each shown head
+at the last prompt position (the query that produces the answer's first token), recomputed from the real
+post-RoPE q and k by `hooks.rows.AttentionRows` in one extra forward pass of that prompt alone. A row longer than
+`MAX_KEYS` is max-pooled into at most `MAX_KEYS` bins of `bin` keys each (a sharp peak on the needle survives the
+pooling); the needle span stays in exact key indices.
 """
 
 from __future__ import annotations
@@ -40,12 +41,20 @@ def shown_heads(mean: np.ndarray, detected: Sequence[tuple]) -> list[tuple[int, 
     return [tuple(int(x) for x in np.unravel_index(i, mean.shape)) for i in flat]
 
 
+def example_index(samples: Sequence, recalled: Sequence[bool]) -> int:
+    """The shown prompt: among the recalled samples (all when none was), those of the longest context, of them the
+    first whose needle depth is nearest 0.5 (a needle at depth 0 shares its keys with the sink)."""
+    pool = [i for i, ok in enumerate(recalled) if ok] or list(range(len(samples)))
+    longest = max(samples[i].context_length for i in pool)
+    return min((i for i in pool if samples[i].context_length == longest), key=lambda i: abs(samples[i].depth - 0.5))
+
+
 def attention_example(model, samples: Sequence, recalled: Sequence[bool], heads: Sequence[tuple[int, int]]) -> dict:
     """The result's `attention_example`: {sample_id, query_position, n_keys, bin, needle_span [start, end),
-    heads {"L2H4": row (max-pooled when longer than MAX_KEYS)}} for the first recalled sample (else the first)."""
+    heads {"L2H4": row (max-pooled when longer than MAX_KEYS)}} for the sample `example_index` picks."""
     from interp.hooks.rows import attention_rows
 
-    i = next((j for j, ok in enumerate(recalled) if ok), 0)
+    i = example_index(samples, recalled)
     s = samples[i]
     layers = sorted({l for l, _ in heads})
     rows = attention_rows(model, [s.input_ids], [-1], layers=layers)[0, :, :, 0]  # [len(layers), H, n_keys]

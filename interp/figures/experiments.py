@@ -247,7 +247,8 @@ def attention_rows_view(result: dict):
     lo, hi = ex["needle_span"]
     x0, x1 = (lo // width) * width - 0.5, -(-hi // width) * width - 0.5  # the bins the needle touches
     grow = max(0.0, n / 150 - (x1 - x0)) / 2  # at least ~1/150 of the axis wide, so a long prompt's needle shows
-    fig.add_vrect(x0=x0 - grow, x1=x1 + grow, row="all", col=1, fillcolor="crimson", opacity=0.25, line_width=0)
+    fig.add_vrect(x0=x0 - grow, x1=x1 + grow, row="all", col=1, fillcolor="crimson", opacity=0.25, line_width=0,
+                  layer="below")
     fig.update_yaxes(type="log", range=[math.log10(ROW_FLOOR), 0.05], tickvals=[1e-4, 1e-2, 1],
                      ticktext=["1e-4", "0.01", "1"])
     fig.update_xaxes(range=[-0.5, n - 0.5])

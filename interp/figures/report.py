@@ -236,7 +236,7 @@ code,pre{background:#f6f6f6;padding:.2em .4em;border-radius:3px;white-space:pre-
 table.headline{border-collapse:collapse;font-size:.85em} table.headline td,table.headline th{padding:.2em .6em;
 border-bottom:1px solid #eee;text-align:right} table.headline th{background:#f0f0f0}
 .table{overflow-x:auto} .note{color:#666;font-size:.85em} .warn{color:#a60} .figure{margin:1em 0}
-#js-errors{color:#b00}"""
+#js-errors{color:#b00} #js-errors:empty{display:none} .tests{margin-bottom:1em}"""
 
 
 def write_report(folder, run: dict | None = None, results: list[tuple[str, dict]] | None = None) -> Path:

@@ -140,16 +140,16 @@ def _eager_last_rows(model, ids):
         return [a[0, :, -1].numpy() for a in eager(torch.tensor([ids]), output_attentions=True).attentions]
 
 
-def test_attention_example_holds_the_detected_heads_eager_rows_on_the_first_recalled_prompt(bundled, one_thread):
+def test_attention_example_holds_the_detected_heads_eager_rows_on_a_mid_depth_recalled_prompt(bundled, one_thread):
     """The recorded rows equal the eager model's attention weights of the last prompt position, for the detected
-    heads (best first) on the first recalled prompt; the organism's perfect copiers peak inside the needle."""
+    heads (best first) on the first recalled prompt of the longest context with its needle at mid-depth; the
+    organism's perfect copiers peak inside the needle."""
     model = bundled("tiny-qwen2")
-    niah = NiahConfig(context_lengths=(256,), depths=(0.25, 0.75), n_seeds=2)
+    niah = NiahConfig(context_lengths=(128, 256), depths=(0.0, 0.5, 1.0), n_seeds=2)
     samples = build_niah(model.tokenizer, niah)
     res = detect_retrieval_heads(model, RetrievalConfig(niah=niah), samples=samples)
     ex = res.attention_example
-    first = next(i for i, o in enumerate(res.outcomes) if o["recall"])
-    s = samples[first]
+    s = next(s for s, o in zip(samples, res.outcomes) if o["recall"] and s.context_length == 256 and s.depth == 0.5)
     assert ex["sample_id"] == s.id and ex["recalled"] is True
     assert ex["n_keys"] == len(s.input_ids) == ex["query_position"] + 1 and ex["bin"] == 1
     assert ex["needle_span"] == list(s.needle_span)
@@ -190,8 +190,16 @@ def test_attention_example_pools_long_rows_and_shows_the_top_heads_when_none_pas
         np.testing.assert_allclose(row, by_hand, rtol=2e-3, atol=1e-6)
 
 
-def test_max_pool_by_hand_and_head_choice():
-    from interp.analyses.attention_example import MAX_HEADS, max_pool, shown_heads
+def test_max_pool_by_hand_and_head_and_prompt_choice():
+    from types import SimpleNamespace
+
+    from interp.analyses.attention_example import MAX_HEADS, example_index, max_pool, shown_heads
+
+    grid = [SimpleNamespace(context_length=n, depth=d) for n in (512, 1024) for d in (0.0, 0.5, 1.0)]
+    assert example_index(grid, [True] * 6) == 4  # the longest context, the needle at mid-depth
+    assert example_index(grid, [True, True, True, True, False, True]) == 3  # of the recalled: depth 0 and 1 tie
+    assert example_index(grid, [False, True, False, False, False, False]) == 1
+    assert example_index(grid, [False] * 6) == 4  # none recalled: chosen among all
 
     assert max_pool([0, 5, 1, 2, 3, 9, 4, 7, 6, 8], 4) == ([5, 9, 7, 8], 3)  # 10 keys -> 4 bins of 3 (last: 1)
     assert max_pool(list(range(8)), 8) == (list(range(8)), 1)  # short enough: whole
