@@ -24,6 +24,7 @@ _EXPORTS = {
     "AblateHeads": "hooks.interventions",
     "ZeroRopeDims": "hooks.interventions",
     "WindowHeads": "hooks.window",
+    "RemapPositions": "hooks.remap",
     "Capture": "hooks.capture",
     "Patch": "hooks.capture",
     "head_output_means": "hooks.capture",

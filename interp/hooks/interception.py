@@ -17,10 +17,15 @@ When interventions are active, the wrapper hands them, per layer and per call:
   out [batch, q_len, n_heads, head_dim]  (per-head output, i.e. the o_proj input)
 Edits are out of place, so cached keys/values are never modified.
 
+Recomputed heads (`recomputes_heads`, remap.py): right after the base attention (and the key windows), every
+such intervention gets `recompute_out(call, q, k, v, out)` with the final q, k, v and returns `out` with the
+outputs of its own (row, query head) pairs recomputed, e.g. against a private copy of their KV head's keys
+(which under GQA the other query heads of the group must not see). Before every `edit_out`.
+
 Order within one attention call: every active intervention's `edit_qkv` (editors, in the order
 they became active), then every observer's `observe_qkv` / `observe_qk` on the final q, k, v, then
-the base attention, then every `edit_out`, then every `observe_out` on the final per-head output.
-So observers see the values after every edit, whatever the argument order or nesting of
+the base attention, then the key windows' and every `recompute_out`, then every `edit_out`, then every
+`observe_out` on the final per-head output. So observers see the values after every edit, whatever the argument order or nesting of
 `model.intervene(...)`.
 
 Module-level sites (resid_pre, resid_post, attn_out, mlp_out) go through one torch hook per
@@ -232,6 +237,10 @@ def _make_wrapper(base: str) -> Callable:
             out = windowed_out(call, query, key, value, out, windows)
             weights = None
         for iv in active:
+            if getattr(iv, "recomputes_heads", False):
+                out = iv.recompute_out(call, query, key, value, out)
+                weights = None
+        for iv in active:
             if getattr(iv, "edits_out", False):
                 out = iv.edit_out(call, out)
         for iv in active:
@@ -279,7 +288,7 @@ def install(hf, adapter, spec) -> InterceptState:
     return state
 
 
-ATTENTION_FLAGS = ("edits_qkv", "edits_out", "restricts_keys", "observes_qkv", "observes_qk", "observes_out")
+ATTENTION_FLAGS = ("edits_qkv", "edits_out", "restricts_keys", "recomputes_heads", "observes_qkv", "observes_qk", "observes_out")
 
 
 def acts_in_attention(iv) -> bool:

@@ -56,10 +56,9 @@ def one_pair_order(spec) -> RopeSpec:
     frequency the same way (then "lowest" / "highest" name the same pairs on every layer, whatever each layer's
     theta). UnsupportedModelError otherwise (bands would differ per layer)."""
     rope = require_rope(spec)
-    order = sorted(range(rope.n_pairs), key=lambda j: (rope.inv_freq[j], j))
+    order = rope.pairs_by_frequency()
     for t, r in spec.layer_ropes.items():
-        if (r.n_pairs, r.layout) != (rope.n_pairs, rope.layout) or \
-                sorted(range(r.n_pairs), key=lambda j: (r.inv_freq[j], j)) != order:
+        if (r.n_pairs, r.layout) != (rope.n_pairs, rope.layout) or r.pairs_by_frequency() != order:
             from interp.errors import UnsupportedModelError
 
             raise UnsupportedModelError(f"{spec.model_type}: {t} layers order their rotary pairs by frequency "
@@ -96,7 +95,7 @@ def resolve_dims(rope: RopeSpec, band: str | Sequence[int], count: int = 0, unit
         if band not in BANDS:
             raise InvalidInputError(f"unknown band {band!r}; valid: {', '.join(BANDS)} or explicit pair indices")
         k = n_pairs_of(count, unit, rope)
-        order = sorted(range(rope.n_pairs), key=lambda j: (rope.inv_freq[j], j))  # ascending frequency
+        order = list(rope.pairs_by_frequency())  # ascending frequency
         if band == "lowest":
             pairs = order[:k]
         elif band == "highest":

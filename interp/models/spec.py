@@ -34,6 +34,10 @@ class RopeSpec:
             return (j, j + self.rotary_dims // 2)
         return (2 * j, 2 * j + 1)
 
+    def pairs_by_frequency(self) -> tuple[int, ...]:
+        """Rotary pair indices in ascending frequency (ties by index): "lowest" / "highest" bands read it."""
+        return tuple(sorted(range(self.n_pairs), key=lambda j: (self.inv_freq[j], j)))
+
     def to_dict(self) -> dict:
         """The fields as a plain dict (`inv_freq` as a tuple of floats), for JSON."""
         return asdict(self)

@@ -79,6 +79,7 @@ def test_transformerlens_bridge_is_refused_with_a_reason(tmp_path):
 @pytest.mark.parametrize("make", [
     lambda: interp.AblateHeads(["L1H0"], rows=[99]),
     lambda: interp.ZeroRopeDims(["L1H0"], dims=[0, 1], rows=[2]),
+    lambda: interp.RemapPositions(["L1H0"], scale=0.5, rows=[2]),
     lambda: interp.Patch({"L1.resid_pre": lambda t: t * 0}, rows=[5]),
 ])
 def test_rows_outside_the_batch_are_refused(make):
