@@ -51,6 +51,8 @@ _EXPORTS = {
     "run_rope_zero": "analyses.rope_zero",
     "RopeProfileConfig": "analyses.rope_profile",
     "run_rope_profile": "analyses.rope_profile",
+    "logit_by_pair": "analyses.rope_decompose",
+    "PairLogits": "analyses.rope_decompose",
     "InductionConfig": "analyses.induction",
     "detect_induction_heads": "analyses.induction",
     "CopySuppressionConfig": "analyses.copy_suppression",
