@@ -34,7 +34,8 @@ from interp.sites import HeadId, as_heads
 @dataclass
 class AblationConfig:
     """`heads`: the target heads to mask; `niah`: the NIAH grid of the default task. `mode`: zero | mean |
-    uniform (see AblateHeads). `decode_only`: NIAH, mask during decoding only (the prefill runs unmasked).
+    uniform (see AblateHeads) | window (WindowHeads) | remap (RemapPositions with `scale`, `offset`, `bands`).
+    `decode_only`: NIAH, mask during decoding only (the prefill runs unmasked).
     `draws`: sets of matched random heads; `random_pool`: "layer" (same count per layer) or "any" (same
     count, any layer). `n_boot` / `n_perm`: bootstrap resamples for the CIs / sign-flip permutations for the
     p-values. `heads_source`: how the heads were chosen, recorded in the result."""
@@ -52,12 +53,15 @@ class AblationConfig:
     heads_source: str = "explicit"  # "retrieval (detected ...)", "random", "explicit", "file ..."
     window: int | None = None  # mode window: recent keys kept (the query included)
     sinks: int = 4  # mode window: first tokens kept besides (attention sinks, Xiao et al. 2023)
+    scale: float = 1.0  # mode remap: RoPE positions times scale (queries and keys; RemapPositions)
+    offset: float = 0.0  # mode remap: queries' positions moved by offset
+    bands: str | None = None  # mode remap: the rotary pairs that move ("lowest:N", "highest:N"; None: all)
 
     def __post_init__(self):
         from interp.errors import check_fields
 
         check_fields(self, {"draws": 0, "batch_size": 1, "n_boot": 1, "n_perm": 1})
-        self.masking = HeadMasking(self.mode, self.window, self.sinks)
+        self.masking = HeadMasking(self.mode, self.window, self.sinks, self.scale, self.offset, self.bands)
         self.heads = as_heads(self.heads)  # "L3H1" strings and (layer, head) pairs too
 
 
@@ -123,6 +127,8 @@ def run_ablation(model, config: AblationConfig, samples: Sequence | None = None,
         raise InvalidInputError("no heads to ablate (detection found none above the threshold?); lower --threshold "
                                 "or pass heads explicitly, e.g. --heads L3H1,L5H0")
     AblateHeads(heads).bind(model)  # heads outside the model: a clear error before any work
+    if config.mode == "remap":
+        config.masking.intervention(heads).bind(model)  # no RoPE, dynamic RoPE, a bad band: before any work
     if task is None:
         task = (NiahTask(samples, config.niah, config.decode_only) if samples is not None
                 else NiahTask.build(model.tokenizer, resolve_niah(model, config.niah), config.decode_only))

@@ -91,16 +91,18 @@ def prepare_experiment(model, heads="retrieval", *, niah=None, task=None,
 def ablate(model, heads="retrieval", *, niah=None, task=None, from_dir=None, threshold: float = 0.1,
            mode: str = "zero", decode_only: bool = False, draws: int = 3, random_pool: str = "layer",
            seed: int = 0, batch_size: int = 8, experiment: HeadExperiment | None = None, progress=None,
-           window: int | None = None, sinks: int = 4):
+           window: int | None = None, sinks: int = 4, scale: float = 1.0, offset: float = 0.0,
+           bands: str | None = None):
     """Mask the selected heads against matched random heads (interp.analyses.ablation) on NIAH or `task`.
-    `experiment`: a HeadExperiment prepared already (else `prepare_experiment` with these arguments)."""
+    `experiment`: a HeadExperiment prepared already (else `prepare_experiment` with these arguments). mode
+    "remap": the heads see RoPE at remapped positions (`scale`, `offset`, `bands`; RemapPositions)."""
     from interp.analyses.ablation import AblationConfig, run_ablation
 
     exp = experiment or prepare_experiment(model, heads, niah=niah, task=task, from_dir=from_dir, threshold=threshold,
                                            seed=seed, batch_size=batch_size)
     kw = {} if exp.niah is None else {"niah": exp.niah}
     cfg = AblationConfig(heads=tuple(exp.heads), mode=mode, decode_only=decode_only, draws=draws, seed=seed,
-                         window=window, sinks=sinks, random_pool=random_pool, batch_size=batch_size, heads_source=exp.source, **kw)
+                         window=window, sinks=sinks, scale=scale, offset=offset, bands=bands, random_pool=random_pool, batch_size=batch_size, heads_source=exp.source, **kw)
     return run_ablation(model, cfg, samples=exp.samples, task=exp.task, detection=exp.detection, progress=progress)
 
 

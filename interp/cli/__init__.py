@@ -15,7 +15,7 @@ from interp.cli.app import app
 # Old option names, kept for one release: rewritten to the new name (with a deprecation warning) before
 # click parses the command line, so they stay out of every --help. Keys: the command ("detect induction").
 ANALYSES = ("detect retrieval", "detect induction", "detect copy-suppression", "detect streaming", "ablate", "patch", "rope-zero",
-            "rope-profile")
+            "rope-profile", "rope-remap")
 RENAMED = {
     **{c: {"--dtype": "--model-dtype"} for c in ANALYSES},
     **{c: {"--dtype": "--model-dtype", "--seeds": "--n-seeds"} for c in

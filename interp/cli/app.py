@@ -211,7 +211,7 @@ def _register_analyses():
     from interp.cli.compare_cmds import compare
     from interp.cli.plan_cmds import plan
     from interp.cli.retrieval_cmds import ablate, detect_retrieval
-    from interp.cli.rope_cmds import rope_profile, rope_zero
+    from interp.cli.rope_cmds import rope_profile, rope_remap, rope_zero
     from interp.cli.store_cmds import cache, probe
     from interp.cli.streaming_cmds import detect_streaming
 
@@ -226,6 +226,7 @@ def _register_analyses():
     app.command("patch")(patch)
     app.command("rope-zero")(rope_zero)
     app.command("rope-profile")(rope_profile)
+    app.command("rope-remap")(rope_remap)
     app.command("cache")(cache)
     app.command("probe")(probe)
     app.command("plan")(plan)

@@ -40,6 +40,8 @@ EXAMPLES = {
               "interp patch --model tiny-qwen2 --task ioi --n-pairs 32 --site resid_pre,head_out --positions=-1"],
     "rope-zero": ["interp rope-zero --heads retrieval --from runs/ret --dims 0,8,16,32",
                   "interp rope-zero --heads L2H4 --band highest --side both --prompts prompts.jsonl"],
+    "rope-remap": ["interp rope-remap --model tiny-llama --heads L2H0,L2H1 --scale 0.5 --draws 3",
+                   "interp rope-remap --heads retrieval --from runs/ret --offset 512 --bands lowest:8"],
     "rope-profile": ["interp rope-profile --heads retrieval --from runs/ret",
                      "interp rope-profile --heads L2H4,L2H5 --statistic low_share --n-texts 16"],
     "cache": ["interp cache --model tiny-qwen2 --sites resid,attn_out --out runs/cache",

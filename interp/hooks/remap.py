@@ -93,6 +93,8 @@ class RemapPositions(Intervention):
         self.scale, self.offset, self.shift = float(scale), float(offset), float(shift)
         if not all(math.isfinite(x) for x in (self.scale, self.offset, self.shift)) or self.scale < 0:
             raise InvalidInputError(f"scale {scale} / offset {offset} / shift {shift}: need finite numbers, scale >= 0")
+        if isinstance(bands, str) and (bands.partition(":")[0] not in BAND_NAMES or not bands.partition(":")[2].isdigit()):
+            raise InvalidInputError(f"band {bands!r}: write lowest:N or highest:N (N pairs), or pair indices")
         self.bands = bands
         self.block = int(block)
         self.keys_move = self.scale != 1.0 or self.shift != 0.0

@@ -24,6 +24,7 @@ from interp.errors import InvalidInputError
 from interp.hooks.interception import AttnCall
 from interp.hooks.interventions import ABLATION_MODES, AblateHeads, Intervention
 from interp.hooks.keywindow import KeyWindow
+from interp.hooks.remap import RemapPositions
 from interp.sites import HeadId, HeadLike, as_heads
 
 
@@ -145,17 +146,21 @@ class WindowCells(Intervention):
                 "mode": "window", "window": self.window, "sinks": self.sinks}
 
 
-HEAD_MODES = ABLATION_MODES + ("window",)
+HEAD_MODES = ABLATION_MODES + ("window", "remap")
 
 
 @dataclass(frozen=True)
 class HeadMasking:
-    """How an experiment masks a set of heads: an `AblateHeads` mode (zero | mean | uniform), or "window"
-    (`WindowHeads` with `window` recent keys and `sinks` first tokens)."""
+    """How an experiment masks a set of heads: an `AblateHeads` mode (zero | mean | uniform), "window"
+    (`WindowHeads` with `window` recent keys and `sinks` first tokens), or "remap" (`RemapPositions`: the heads
+    see RoPE at positions times `scale` plus `offset`, in the rotary pairs of `bands`, all by default)."""
 
     mode: str = "zero"
     window: int | None = None
     sinks: int = 0
+    scale: float = 1.0
+    offset: float = 0.0
+    bands: str | None = None
 
     def __post_init__(self):
         if self.mode not in HEAD_MODES:
@@ -168,8 +173,15 @@ class HeadMasking:
         elif self.window is not None:
             raise InvalidInputError(f"a window applies with mode window only (mode is {self.mode!r}): drop the "
                                     "window or use mode window")
+        if self.mode == "remap":
+            RemapPositions([], self.scale, self.offset, bands=self.bands)  # a bad scale / offset / band fails here
+        elif (self.scale, self.offset, self.bands) != (1.0, 0.0, None):
+            raise InvalidInputError(f"scale, offset and bands apply with mode remap only (mode is {self.mode!r})")
 
     def intervention(self, heads, means=None, rows=None) -> Intervention:
+        """The intervention that masks `heads` (in `rows`, default all) this way."""
         if self.mode == "window":
             return WindowHeads(heads, self.window, self.sinks, rows=rows)
+        if self.mode == "remap":
+            return RemapPositions(heads, self.scale, self.offset, bands=self.bands, rows=rows)
         return AblateHeads(heads, mode=self.mode, means=means, rows=rows)
