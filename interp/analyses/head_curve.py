@@ -245,7 +245,7 @@ def run_head_curve(model, config: HeadCurveConfig, samples: Sequence | None = No
     return HeadCurveResult(
         model=model.name, kind=config.kind, mode=config.mode, metric=m, ranking_source=config.ranking_source,
         ranked=[str(h) for h in config.ranked], baseline=base, points=points,
-        reach=_reach(points, base, config), task=task.describe(), sample_ids=task.sample_ids, config=cfg,
+        reach=_with_kv(_reach(points, base, config), points), task=task.describe(), sample_ids=task.sample_ids, config=cfg,
         provenance=provenance(model))
 
 
@@ -269,6 +269,21 @@ def _kv_kept(model, task, config: HeadCurveConfig, acted, k: int, drawn: list[li
     return {"context": context, "bytes_per_value": width, "target": top["fraction"],
             "target_windowed_kv_heads": top["windowed_kv_heads"], "n_kv_heads": top["n_kv_heads"],
             "random_mean": float(np.mean(rand)) if rand else None}
+
+
+def _with_kv(reach: dict, points: list[CurvePoint]) -> dict:
+    """Mode window: the KV-memory share kept at the k where the ranking reaches its goal (`kv_kept`), at the k
+    where its CI lower bound does (`kv_kept_ci`: the budget with 95% confidence) and at the random sets' k
+    (`kv_kept_random`); None where that k is not on the curve."""
+    if not any(p.kv_kept for p in points):
+        return reach
+    at = {p.k: p.kv_kept for p in points}
+
+    def kv(k, key="target"):
+        return None if k is None or at.get(k) is None else at[k][key]
+
+    return {**reach, "kv_kept": kv(reach.get("target_k")), "kv_kept_ci": kv(reach.get("target_k_ci")),
+            "kv_kept_random": kv(reach.get("random_k"), "random_mean")}
 
 
 def _reach(points: list[CurvePoint], base: dict, config: HeadCurveConfig) -> dict:

@@ -204,7 +204,8 @@ def _print_curve(res, out) -> None:
     from interp.cli.output import print_tests
     from interp.figures.text import adjusted, p_cell
 
-    what = "every head masked but the top k" if res.kind == "keep" else "the top k heads masked"
+    done = "windowed" if res.mode == "window" else "masked"
+    what = f"every head {done} but the top k" if res.kind == "keep" else f"the top k heads {done}"
     t = Table(title=f"{res.model}: {what} ({res.mode}; ranked by {res.ranking_source}); baseline {res.metric} "
                     f"{res.baseline['mean']:.2f} [{res.baseline['lo']:.2f}, {res.baseline['hi']:.2f}]")
     kv = any(p.kv_kept for p in res.points)  # mode window: the KV memory each point keeps
@@ -227,6 +228,11 @@ def _print_curve(res, out) -> None:
         c.print(f"{r['frac']:.0%} of baseline ({r['goal']:.2f}) reached keeping the top k = {_k(r['target_k'])} "
                 f"(CI lower bound: k = {_k(r['target_k_ci'])}); keeping k random heads: k = {_k(r['random_k'])}",
                 highlight=False)
+    if res.kind == "keep" and r.get("kv_kept") is not None:
+        ci = "not on these ks" if r.get("kv_kept_ci") is None else f"{r['kv_kept_ci']:.1%}"
+        rnd = "not on these ks" if r.get("kv_kept_random") is None else f"{r['kv_kept_random']:.1%}"
+        c.print(f"KV memory kept there: {r['kv_kept']:.1%} of the full cache (at the CI lower bound's k: {ci}; "
+                f"random heads: {rnd})", highlight=False)
     c.print(f"top k and random k first differ (95% CI excludes 0) at k = {_k(r['separated_k'])}", highlight=False)
     c.print(f"written to {final_path(out)}/")
 

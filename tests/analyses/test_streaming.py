@@ -121,6 +121,7 @@ def test_the_keep_curve_in_window_mode_reports_the_kv_memory_kept(bundled):
     want = (1 * kv["context"] + (n_kv - 1) * 68) / (n_kv * kv["context"])
     assert kv["target"] == pytest.approx(want) and kv["target_windowed_kv_heads"] == n_kv - 1
     assert by_k[0].kv_kept["target"] == pytest.approx(68 / kv["context"])
+    assert res.reach["target_k"] == 4 and res.reach["kv_kept"] == kv["target"]  # the budget that reaches 95%
     from interp.figures.experiments import kv_frontier
 
     fig = kv_frontier(res)  # the frontier figure: recall against the KV share each point keeps
