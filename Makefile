@@ -62,6 +62,9 @@ RESULTS_MODELS := tiny-qwen2 tiny-llama tiny-gpt2 minilm-l6
 RETRIEVAL_MODELS := tiny-qwen2 tiny-llama
 I := $(VENV)/bin/interp
 OUT = runs/results/$*
+# streaming heads on the organisms: needles at least 256 tokens before the question, a 64-key window, 4 sinks
+WIN := --window 64 --sinks 4
+WNIAH := --depths 0.1,0.3,0.5 --n-seeds 4
 
 results: $(addprefix results-,$(RESULTS_MODELS))
 
@@ -78,6 +81,12 @@ results-%: setup
 		$(I) rope-zero --model $* --heads retrieval --from $(OUT)/retrieval \
 			--lengths 512,1024 --n-seeds 4 --dims 0,4,8,16,32 --overwrite --out $(OUT)/rope-zero; \
 		$(I) rope-profile --model $* --heads retrieval --from $(OUT)/retrieval --overwrite --out $(OUT)/rope-profile; \
+		$(I) detect streaming --model $* --lengths 512 $(WNIAH) --texts 4 --from $(OUT)/retrieval --overwrite \
+			--out $(OUT)/streaming; \
+		$(I) ablate --model $* --heads retrieval --from $(OUT)/retrieval --mode window $(WIN) --lengths 512,1024 \
+			$(WNIAH) --draws 10 --random-pool any --overwrite --out $(OUT)/window; \
+		$(I) ablate --model $* --heads retrieval --from $(OUT)/retrieval --curve keep --mode window $(WIN) \
+			--ks 0,1,2,4,8,16 --rank-by $(OUT)/streaming --lengths 512 $(WNIAH) --draws 5 --overwrite --out $(OUT)/frontier; \
 		$(I) patch --model $* --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --n-seeds 4 \
 			--site head_out,head_out_by_pos --positions=-1 --overwrite --out $(OUT)/patch-niah-heads; \
 		$(I) patch --model $* --task niah --lengths 512 --depths 0,0.25,0.5,0.75,1 --n-seeds 4 \
