@@ -40,6 +40,7 @@ from interp.sites import Site
 from interp.tasks.niah import NiahConfig, resolve_niah
 
 LABELS = ("far-context", "streaming", "mixed")
+MIN_PROMPTS = 5  # fewer NIAH prompts: a warning that the labels' CIs say little
 
 
 @dataclass
@@ -234,10 +235,20 @@ def run_streaming_scan(model, config: StreamingConfig | None = None, samples: Se
     work.update(seconds, work_bound=round(bound, 4), one_forward_per_unit=n_seq * len(units),
                 forwards=round(work["forwards"], 4))
 
+    if len(samples) < MIN_PROMPTS:
+        import warnings
+
+        from interp.errors import InterpWarning
+
+        warnings.warn(InterpWarning(
+            f"far-context labels rest on {len(samples)} NIAH prompt(s) (fewer than {MIN_PROMPTS}): their CIs "
+            "say little" + ("; with one prompt every head is labelled mixed" if len(samples) == 1 else "")
+            + "; a larger grid (--n-seeds, --depths) gives labels worth a threshold"), stacklevel=2)
     lp = _grids(np.array(lp_rows), units, spec, config)
     loss = _grids(np.array(loss_rows), units, spec, config) if loss_rows else {k: None for k in lp}
     scores = [[None if v is None else -v for v in row] for row in lp["diff"]]
-    labels = [[_label(lp, loss, l, h, config) for h in range(spec.n_heads)] for l in range(spec.n_layers)]
+    labels = [[_label(lp, loss, l, h, config, len(samples)) for h in range(spec.n_heads)]
+              for l in range(spec.n_layers)]
     counts = {lab: sum(row.count(lab) for row in labels) for lab in LABELS}
     cfg = asdict(config)
     cfg["niah"] = {**asdict(config.niah), "seeds": list(config.niah.seeds)}
@@ -269,7 +280,9 @@ def _grids(rows: np.ndarray, units, spec, config: StreamingConfig) -> dict:
     return out
 
 
-def _label(lp: dict, loss: dict, l: int, h: int, config: StreamingConfig) -> str:
+def _label(lp: dict, loss: dict, l: int, h: int, config: StreamingConfig, n_prompts: int = 2) -> str:
+    if n_prompts < 2:
+        return "mixed"  # one prompt: no CI, nothing decided
     nec_lo, nec_mean, nec_hi = -lp["hi"][l][h], -lp["diff"][l][h], -lp["lo"][l][h]
     has_loss = loss.get("diff") is not None
     far = nec_lo > 0 and nec_mean >= config.threshold

@@ -145,3 +145,14 @@ def test_curve_rankings_by_necessity_and_by_attention_mass(scan, tmp_path):
     exp = SimpleNamespace(selection=SimpleNamespace(source="retrieval (detected)", detector_result=det, detection={}))
     assert [str(h) for h in detection_ranking(exp, "attention-mass")[0]] == ["L1H0", "L0H0", "L1H1", "L0H1"]
     assert [str(h) for h in detection_ranking(exp, "retrieval")[0]] == ["L0H1", "L1H0", "L1H1", "L0H0"]
+
+
+def test_one_prompt_decides_no_label_and_says_so(bundled):
+    from interp.errors import InterpWarning
+
+    with pytest.warns(InterpWarning, match="rest on 1 NIAH prompt"):
+        res = run_streaming_scan(bundled("tiny-qwen2"), StreamingConfig(
+            niah=NiahConfig(context_lengths=(256,), depths=(0.2,), n_seeds=1), window=32, texts=0, n_boot=50,
+            n_perm=50))
+    assert res.counts == {"far-context": 0, "streaming": 0, "mixed": 32}
+    assert sorted(h for h, _ in res.top(4)) == RETRIEVAL  # the ranking is still there

@@ -155,6 +155,14 @@ CASES = [  # (command line, text the one-line error must contain)
     ("detect retrieval --sinks -1 NIAH", "'--sinks'"),
     ("detect retrieval --window 0 NIAH", "'--window'"),
     ("ablate --heads L0H0 --mode window NIAH", "mode window needs a window"),
+    ("detect streaming --window 0 NIAH", "'--window'"),
+    ("detect streaming --texts -1 NIAH", "'--texts'"),
+    ("detect streaming --window 512 NIAH", "fit inside the window + sinks"),
+    ("detect streaming --from /nonexistent NIAH", "no retrieval.json there"),
+    ("detect streaming -m tiny-random-llama NIAH", "NIAH needs a tokenizer"),
+    ("rope-remap --heads L0H0 --scale -1 NIAH", "'--scale'"),
+    ("rope-remap --heads L0H0 --bands middle:3 NIAH", "lowest:N"),
+    ("rope-remap -m tiny-gpt2 --heads L0H0 --scale 2 NIAH", "rotary"),
     ("ablate --heads retrieval --rank-by necessity NIAH", "applies with --curve only"),
     ("ablate --heads retrieval --curve keep --rank-by /nonexistent NIAH", "--rank-by '/nonexistent': use retrieval"),
     ("ablate --heads L0H0 --mode window --window 0 NIAH", "window must be >= 1 token"),
@@ -574,7 +582,7 @@ def test_the_table_covers_every_command_and_is_large():
     assert "models" in cmds
     wanted = {"detect retrieval", "detect induction", "detect copy-suppression", "ablate", "patch", "rope-zero",
               "rope-profile", "cache", "probe", "info", "organisms", "report", "plan", "models", "compare",
-              "atlas"}
+              "atlas", "detect streaming", "rope-remap"}
     assert wanted <= cmds, wanted - cmds
     names = {(c.name or c.callback.__name__).replace("_", "-") for c in app.registered_commands}
     assert names - {"models"} <= {w.split()[0] for w in wanted}, names
