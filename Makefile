@@ -228,6 +228,20 @@ results-real-qwen-1.5b: setup
 	$(RI) detect retrieval --model qwen2.5-coder-1.5b $(QBF) $(QNIAH) --lengths 1024 --score-norm needle --overwrite \
 		--out $(Q15)/retrieval-needle
 
+# Streaming heads on the real models (docs/results-real.md#streaming-heads-xiao-et-al-2024-duoattention), bfloat16:
+# the far-context necessity scan (Gemma-3 per head, SmolLM2 per KV group), then the KV-memory frontier by each ranking
+SNIAH := --haystack sherlock-holmes --lengths 512 --depths 0,0.25,0.5
+SWIN := --window 64 --sinks 4
+results-real-streaming: setup models
+	for m in gemma3-270m smollm2-135m; do R=runs/results-real/$$m; \
+		$(RI) detect streaming --model $$m $(QBF) $(SNIAH) --n-seeds 2 $(SWIN) --texts 2 \
+			$$( [ $$m = smollm2-135m ] && echo --by-group ) --from $$R/retrieval --overwrite --out $$R/streaming || exit 1; \
+		ks=$$( [ $$m = smollm2-135m ] && echo 0,8,16,32,64,128,270 || echo 0,4,8,16,32,72 ); \
+		for rank in retrieval attention-mass $$R/streaming; do \
+			$(RI) ablate --model $$m $(QBF) --heads retrieval --from $$R/retrieval --curve keep --mode window $(SWIN) \
+				--ks $$ks --draws 2 --random-pool any $(SNIAH) --n-seeds 5 --rank-by $$rank --overwrite \
+				--out $$R/frontier-$$(basename $$rank | sed 's/^streaming$$/necessity/') || exit 1; done; done
+
 # The atlas of the real models side by side (README's headline table, docs/atlas.json), from run folders: by
 # default every run of results-real and the organisms' theta sweep; ATLAS_RUNS= names others.
 ATLAS_RUNS ?= runs/results-real runs/results/theta
