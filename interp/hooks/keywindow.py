@@ -72,6 +72,24 @@ def _model_mask(call, rows, heads, q_sel: slice, kidx, qabs) -> tuple[torch.Tens
     return m > torch.finfo(m.dtype).min / 2, m.float()
 
 
+def attend_block(call, rows, heads, qs, ks, vs, q_sel: slice, qabs, kidx, allowed_extra=None) -> torch.Tensor:
+    """Float32 attention output [P, n_q, d] of the queries `qs` [P, n_q, d] (the call's queries `q_sel`, absolute
+    positions `qabs`) of pairs (rows, heads) over the keys `ks`, `vs` [P, n_k, d] at indices `kidx`: the model's
+    scaling, softcap and mask, then `allowed_extra` [P, n_q, n_k] (bool) when given; a query with no key left
+    gets 0."""
+    scores = torch.matmul(qs.float(), ks.float().transpose(-1, -2)) * call.scaling
+    if call.softcap is not None:
+        scores = torch.tanh(scores / call.softcap) * call.softcap
+    allowed, additive = _model_mask(call, rows, heads, q_sel, kidx, qabs)
+    if additive is not None:
+        scores = scores + additive
+    if allowed_extra is not None:
+        allowed = allowed & allowed_extra
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    probs = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+    return torch.matmul(probs, vs.float())
+
+
 def windowed_out(call, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  windows: tuple[KeyWindow, ...], block: int = 256) -> torch.Tensor:
     """`out` [b, q_len, n_heads, d] with every windowed (row, head) pair's output recomputed under its
@@ -101,16 +119,9 @@ def windowed_out(call, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: t
             n_sink = int(start.max()) + w.sinks
             kidx = torch.cat([torch.arange(0, min(n_sink, lo), device=q.device),
                               torch.arange(lo, hi, device=q.device)])
-            scores = torch.matmul(qs[:, a:e].float(), ks[:, kidx].float().transpose(-1, -2)) * call.scaling
-            if call.softcap is not None:
-                scores = torch.tanh(scores / call.softcap) * call.softcap
-            allowed, additive = _model_mask(call, rows, heads, slice(a, e), kidx, qabs)
-            if additive is not None:
-                scores = scores + additive
-            allowed = allowed & allowed_keys(qabs.expand(len(rows), -1), kidx, start, w.sinks, w.window)
-            scores = scores.masked_fill(~allowed, float("-inf"))
-            probs = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
-            res[:, a:e] = torch.matmul(probs, vs[:, kidx].float())
+            inside = allowed_keys(qabs.expand(len(rows), -1), kidx, start, w.sinks, w.window)
+            res[:, a:e] = attend_block(call, rows, heads, qs[:, a:e], ks[:, kidx], vs[:, kidx], slice(a, e), qabs, kidx,
+                                       inside)
         if new is None:
             new = out.clone()
         new[rows, :, heads] = res.to(out.dtype)

@@ -35,7 +35,7 @@ import torch
 
 from interp.errors import InvalidInputError
 from interp.hooks.interventions import Intervention, _heads_by_layer
-from interp.hooks.keywindow import _model_mask, allowed_keys, real_starts
+from interp.hooks.keywindow import allowed_keys, attend_block, real_starts
 from interp.sites import HeadLike, as_heads
 
 BAND_NAMES = ("lowest", "highest")
@@ -201,16 +201,11 @@ def pair_attention(call, qs: torch.Tensor, ks: torch.Tensor, vs: torch.Tensor, r
         e = min(s, a + block)
         qabs = qabs_all[a:e]
         kidx = torch.arange(int(qabs[-1]) + 1, device=dev)
-        scores = torch.matmul(qs[:, a:e].float(), ks[:, kidx].float().transpose(-1, -2)) * call.scaling
-        if call.softcap is not None:
-            scores = torch.tanh(scores / call.softcap) * call.softcap
-        allowed, additive = _model_mask(call, rows, heads, slice(a, e), kidx, qabs)
-        if additive is not None:
-            scores = scores + additive
-        for win in call.windows:
+        extra = None
+        for win in call.windows:  # key windows on the same heads still apply
             inside = allowed_keys(qabs.expand(P, -1), kidx, start, win.sinks, win.window)
-            allowed = allowed & (inside | ~win.sel.to(dev)[rows, heads][:, None, None])
-        scores = scores.masked_fill(~allowed, float("-inf"))
-        probs = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
-        res[:, a:e] = torch.matmul(probs, vs[:, kidx].float())
+            inside = inside | ~win.sel.to(dev)[rows, heads][:, None, None]
+            extra = inside if extra is None else extra & inside
+        res[:, a:e] = attend_block(call, rows, heads, qs[:, a:e], ks[:, kidx], vs[:, kidx], slice(a, e), qabs, kidx,
+                                   extra)
     return res
