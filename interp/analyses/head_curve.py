@@ -234,10 +234,11 @@ def run_head_curve(model, config: HeadCurveConfig, samples: Sequence | None = No
         r = comp.row(name)
         return {"metric": r.estimates[m], "vs_baseline": (r.vs_baseline or {}).get(m)}
 
+    kv_kept = _kv_counter(model, task, config, acted)
     points = [CurvePoint(k, [str(h) for h in config.ranked[:k]], block(f"target-{k}"),
                          block(f"random-{k}") if f"random-{k}" in pools else None, sets[k],
                          next((d for d in comp.direct if d["x"] == f"target-{k}"), None),
-                         _kv_kept(model, task, config, acted, k, sets[k])) for k in config.ks]
+                         kv_kept(k, sets[k])) for k in config.ks]
     base = comp.row("baseline").estimates[m]
     cfg = asdict(config)
     cfg["ranked"] = [str(h) for h in config.ranked]
@@ -249,11 +250,12 @@ def run_head_curve(model, config: HeadCurveConfig, samples: Sequence | None = No
         provenance=provenance(model))
 
 
-def _kv_kept(model, task, config: HeadCurveConfig, acted, k: int, drawn: list[list[str]]) -> dict | None:
-    """Mode window: the KV-memory share kept with the top k (and, on average, the random sets) treated as the
-    curve treats them, at the task's mean prompt length; None for the other modes."""
+def _kv_counter(model, task, config: HeadCurveConfig, acted):
+    """Mode window: a function (k, random sets drawn) -> the KV-memory share kept with the top k (and, on average,
+    the random sets) treated as the curve treats them, at the task's mean prompt length (measured once); for the
+    other modes a function returning None."""
     if config.mode != "window":
-        return None
+        return lambda k, drawn: None
     import numpy as np
     import torch
 
@@ -264,11 +266,14 @@ def _kv_kept(model, task, config: HeadCurveConfig, acted, k: int, drawn: list[li
     def frac(hs):
         return kv_memory(model.spec, acted(hs), context, config.window, config.sinks, width)
 
-    top = frac(config.ranked[:k])
-    rand = [frac([HeadId.parse(h) for h in hs])["fraction"] for hs in drawn]
-    return {"context": context, "bytes_per_value": width, "target": top["fraction"],
-            "target_windowed_kv_heads": top["windowed_kv_heads"], "n_kv_heads": top["n_kv_heads"],
-            "random_mean": float(np.mean(rand)) if rand else None}
+    def kept(k: int, drawn: list[list[str]]) -> dict:
+        top = frac(config.ranked[:k])
+        rand = [frac([HeadId.parse(h) for h in hs])["fraction"] for hs in drawn]
+        return {"context": context, "bytes_per_value": width, "target": top["fraction"],
+                "target_windowed_kv_heads": top["windowed_kv_heads"], "n_kv_heads": top["n_kv_heads"],
+                "random_mean": float(np.mean(rand)) if rand else None}
+
+    return kept
 
 
 def _with_kv(reach: dict, points: list[CurvePoint]) -> dict:

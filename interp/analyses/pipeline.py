@@ -142,11 +142,17 @@ def detection_ranking(exp: HeadExperiment, rank_by: str = "retrieval") -> tuple[
         if not f.is_file():
             raise InvalidInputError(f"--rank-by {rank_by!r}: use retrieval, attention-mass or a folder holding a "
                                     "streaming.json (`interp detect streaming`)")
-        d = json.loads(f.read_text(encoding="utf-8"))
+        from interp.runtime.jsonio import read_json
+
+        d = read_json(f, "--rank-by file", "rerun `interp detect streaming` into that folder")
         if d.get("model") != exp.model_name:
             raise InvalidInputError(f"{f} was computed on {d.get('model')!r}, not {exp.model_name!r}")
-        return rank_heads([[-1e9 if v is None else v for v in row] for row in d["scores"]]), \
-            f"far-context necessity (from {f})"
+        try:
+            grid = [[-1e9 if v is None else float(v) for v in row] for row in d["scores"]]
+        except (KeyError, TypeError, ValueError):
+            raise InvalidInputError(f"{f} is not a streaming.json written by interp (needs a 'scores' grid "
+                                    "[layer][head]); rerun `interp detect streaming` into that folder") from None
+        return rank_heads(grid), f"far-context necessity (from {f})"
     sel = exp.selection
     if sel.source.startswith("retrieval"):
         key = "scores" if rank_by == "retrieval" else "streaming"

@@ -141,6 +141,9 @@ def test_curve_rankings_by_necessity_and_by_attention_mass(scan, tmp_path):
     assert [str(h) for h in ranked[:4]] == [h for h, _ in res.top(4)] and "necessity" in source
     with pytest.raises(InvalidInputError, match="not 'other'"):
         detection_ranking(SimpleNamespace(model_name="other"), str(tmp_path))
+    (tmp_path / "streaming.json").write_text(json.dumps({"model": model.name, "scores": "damaged"}))
+    with pytest.raises(InvalidInputError, match="not a streaming.json written by interp"):
+        detection_ranking(SimpleNamespace(model_name=model.name), str(tmp_path))
     det = SimpleNamespace(scores=[[0.0, 0.9], [0.5, 0.1]], streaming=[[0.2, 0.9], [0.1, 0.6]])
     exp = SimpleNamespace(selection=SimpleNamespace(source="retrieval (detected)", detector_result=det, detection={}))
     assert [str(h) for h in detection_ranking(exp, "attention-mass")[0]] == ["L1H0", "L0H0", "L1H1", "L0H1"]
