@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.interp-installed
 
-.PHONY: setup demo models test test-fast test-qwen-1.5b bench atlas results results-real results-real-qwen results-real-qwen-0.5b results-real-qwen-1.5b results-ioi-path results-real-ioi results-theta clean
+.PHONY: setup demo models test test-fast test-qwen-1.5b bench atlas results results-real results-real-qwen results-real-qwen-0.5b results-real-qwen-1.5b results-ioi-path results-real-ioi results-theta results-rope-remap clean
 
 setup: $(STAMP)
 
@@ -66,7 +66,7 @@ OUT = runs/results/$*
 WIN := --window 64 --sinks 4
 WNIAH := --depths 0.1,0.3,0.5 --n-seeds 4
 
-results: $(addprefix results-,$(RESULTS_MODELS))
+results: $(addprefix results-,$(RESULTS_MODELS)) results-rope-remap
 
 results-minilm-l6: setup
 	$(I) probe --model minilm-l6 --overwrite --out runs/results/minilm-l6/probe
@@ -258,6 +258,21 @@ THETA_ADD = --add 10000:4 --add 1000:4 --add 1000:5 --add 500000:5
 results-theta: setup
 	$(I) organisms sweep $(THETA_ADD) --threads 1 --lengths 512 --out runs/results/theta-512
 	$(I) organisms sweep --no-build $(THETA_ADD) --threads 1 --out runs/results/theta
+
+# Positions vs recall (docs/results.md#rope-positions-remapped-in-the-retrieval-heads): every rope_theta build of
+# tiny-llama, its retrieval heads detected at 512 tokens, then RoPE positions remapped in those heads only
+# (every query-key distance times S) at 512 and 1024 tokens, against 3 random head sets remapped alike. The
+# ladder of S puts S x 1024 at 1/4 .. 4 times the distance where the build's slowest rotary pair turns 90
+# degrees: compressing (S < 1) is the theta-1e3 rescue, stretching (S > 1) the reverse. ~35 min on one thread.
+THETA_BUILDS := tiny-llama $(addprefix data/organisms/theta/tiny-llama-theta,1000-seed2 1000-seed3 1000-seed4 \
+	1000-seed5 10000-seed3 10000-seed4 500000-seed2 500000-seed3 500000-seed5)
+results-rope-remap: setup
+	@set -e; for m in $(THETA_BUILDS); do o=runs/results/rope-remap/$$(basename $$m); \
+		$(RI) detect retrieval --model $$m --lengths 512 --n-seeds 8 --overwrite --out $$o/retrieval; \
+		case $$m in *theta1000-*) S="0.25 0.5 2 4";; *theta500000-*) S="64 128 256 512 1024";; *) S="2 4 8 16 32";; esac; \
+		for s in $$S; do $(RI) rope-remap --model $$m --heads retrieval --from $$o/retrieval --scale $$s \
+			--lengths 512,1024 --n-seeds 8 --draws 3 --random-pool any --overwrite --out $$o/scale-$$s; done; done
+	$(PY) bench/rope_remap_table.py runs/results/rope-remap
 
 # IOI path patching on tiny-qwen2, the organism that solves IOI (docs/results.md): every head's direct effect
 # on the logit difference, then what reaches the three layer-3 heads with the largest direct effect (L3H0,

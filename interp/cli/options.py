@@ -180,6 +180,15 @@ MODEL = typer.Option(None, "--model", "-m", help="Alias, checkpoint dir, .gguf f
 LENGTHS = typer.Option("512", "--lengths", help="NIAH context lengths in tokens, comma-separated.")
 DEPTHS = typer.Option("0,0.25,0.5,0.75,1", "--depths", help="Needle depths (fraction of the haystack before it).")
 SEEDS = typer.Option(4, "--n-seeds", min=1, help="Paired seeds per (length, depth).")
+RANDOM_POOL = typer.Option("layer", "--random-pool", help="layer: random heads with the same count per layer "
+                           "(matched); any: the same count from any layer.")
+
+
+def check_random_pool(random_pool: str) -> None:
+    """--random-pool must be layer or any (InvalidInputError)."""
+    if random_pool not in ("layer", "any"):
+        raise InvalidInputError(f"--random-pool {random_pool!r}: use layer (same count per layer) or any")
+
 HAYSTACK = typer.Option(None, "--haystack", help="Plain-text haystack: a file, a directory of .txt files (sorted "
                         "by name, joined by blank lines), or a fetched text (`interp texts`, e.g. sherlock-holmes). "
                         "Default: interp's corpus generator (for models other than "

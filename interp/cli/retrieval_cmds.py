@@ -10,8 +10,8 @@ from interp.cli.budget import experiment_batch, niah_batch
 from interp.cli.experiment import (experiment_grid, prepare_heads, prompt_task, saved_detection, write_detection,
                                    write_task_prompts)
 from interp.cli.options import (BATCH, CSV, DEPTHS, DEVICE, DEVICE_MAP, DTYPE, HAYSTACK, HEADS_HELP, JSON, LENGTHS,
-                                MAX_MEMORY, MAX_NEW, METRIC, MODEL, NEEDLES, OUT, OVERWRITE, PROMPTS, REVISION, SEEDS,
-                                SEPARATOR, THRESHOLD, given, niah_config)
+                                MAX_MEMORY, MAX_NEW, METRIC, MODEL, NEEDLES, OUT, OVERWRITE, PROMPTS, RANDOM_POOL, REVISION,
+                                SEEDS, SEPARATOR, THRESHOLD, check_random_pool, given, niah_config)
 from interp.cli.output import console, heads_cell, note_niah, progress_bar
 from interp.runtime.jsonio import dumps
 from interp.cli.runs import final_path, open_run, write_result
@@ -96,8 +96,7 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
            decode_only: bool = typer.Option(False, "--decode-only", help="Mask during decoding only, like the "
                                             "original (default: prefill and decode)."),
            draws: int = typer.Option(3, "--draws", min=0, help="Matched random-head draws."),
-           random_pool: str = typer.Option("layer", "--random-pool", help="layer: random heads with the same "
-                                           "count per layer (matched); any: the same count from any layer."),
+           random_pool: str = RANDOM_POOL,
            n_heads: Optional[int] = typer.Option(None, "--n-heads", min=1, help="With --heads random: how many heads."),
            curve: Optional[str] = typer.Option(None, "--curve", help="keep: mask every head but the top k by retrieval "
                                                "score; mask: mask the top k; at each --ks, against k random heads "
@@ -121,8 +120,7 @@ def ablate(ctx: typer.Context, model: Optional[str] = MODEL,
     from interp.hooks.window import HeadMasking
 
     HeadMasking(mode, window, sinks)  # a bad --mode / --window / --sinks fails before the model loads
-    if random_pool not in ("layer", "any"):
-        raise InvalidInputError(f"--random-pool {random_pool!r}: use layer (same count per layer) or any")
+    check_random_pool(random_pool)
     if n_heads is not None and heads != "random":
         raise InvalidInputError(f"--n-heads applies with --heads random only (how many random heads); --heads "
                                 f"{heads} names its heads: drop --n-heads")

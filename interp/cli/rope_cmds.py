@@ -9,8 +9,9 @@ import typer
 from interp.cli.budget import experiment_batch
 from interp.cli.experiment import experiment_grid, prepare_heads, prompt_task, saved_detection, write_task_prompts
 from interp.cli.options import (BATCH, CSV, DEPTHS, DEVICE, DEVICE_MAP, DTYPE, HAYSTACK, HEADS_HELP, JSON, LENGTHS,
-                                MAX_MEMORY, MAX_NEW, METRIC, MODEL, NEEDLES, OUT, OVERWRITE, PROMPTS, REVISION, SEEDS,
-                                SEPARATOR, THRESHOLD, niah_config, parse_ints)
+                                MAX_MEMORY, MAX_NEW, METRIC, MODEL, NEEDLES, OUT, OVERWRITE, PROMPTS, RANDOM_POOL, REVISION,
+                                SEEDS,
+                                SEPARATOR, THRESHOLD, check_random_pool, niah_config, parse_ints)
 from interp.cli.output import console, progress_bar
 from interp.cli.runs import final_path, open_run, write_result
 from interp.errors import InvalidInputError
@@ -177,7 +178,7 @@ def rope_remap(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HE
                bands: Optional[str] = typer.Option(None, "--bands", help="Move only these rotary pairs: lowest:N | "
                                                    "highest:N (default: every pair)."),
                draws: int = typer.Option(3, "--draws", min=0, help="Matched random-head draws."),
-               from_dir: Optional[str] = FROM, seed: int = typer.Option(0, "--seed"),
+               random_pool: str = RANDOM_POOL, from_dir: Optional[str] = FROM, seed: int = typer.Option(0, "--seed"),
                lengths: str = LENGTHS, depths: str = DEPTHS, seeds: int = SEEDS, haystack: Optional[str] = HAYSTACK,
                needles: Optional[str] = NEEDLES, separator: str = SEPARATOR, max_new_tokens: Optional[int] = MAX_NEW,
                threshold: float = THRESHOLD, prompts: Optional[str] = PROMPTS, metric: str = METRIC,
@@ -193,6 +194,7 @@ def rope_remap(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HE
     from interp.models.rope import require_rope
 
     HeadMasking("remap", scale=scale, offset=offset, bands=bands)  # bad values fail before the model loads
+    check_random_pool(random_pool)
     saved = saved_detection(heads, from_dir)
     niah = experiment_grid(ctx, saved, prompts, lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
     o, m = open_run("rope-remap", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
@@ -204,7 +206,8 @@ def rope_remap(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HE
     exp = prepare_heads(m, heads, niah, task, saved, threshold, batch_size, o, seed)
     prog, advance = progress_bar(None, "rope-remap conditions")
     with prog:
-        res = run(m, experiment=exp, mode="remap", scale=scale, offset=offset, bands=bands, draws=draws, seed=seed,
+        res = run(m, experiment=exp, mode="remap", scale=scale, offset=offset, bands=bands, draws=draws, random_pool=random_pool,
+                  seed=seed,
                   batch_size=batch_size, progress=advance)
     write_result(res, o, "ablation", as_json, csv)
     write_task_prompts(task, exp.samples, m, o / "prompts.jsonl")
