@@ -109,9 +109,11 @@ def ablate(model, heads="retrieval", *, niah=None, task=None, from_dir=None, thr
 def rope_zero(model, heads="retrieval", *, niah=None, task=None, from_dir=None, threshold: float = 0.1,
               band: str = "lowest", doses=(0, 4, 8, 16, 32), unit: str = "dims", side: str = "q",
               random_draws: int = 3, head_draws: int = 2, seed: int = 0, batch_size: int = 8,
-              experiment: HeadExperiment | None = None, progress=None, random_dims: str = "outside"):
+              experiment: HeadExperiment | None = None, progress=None, random_dims: str = "outside",
+              mode: str = "zero", phase_distance: float = 0.0):
     """Zero a RoPE frequency band in the selected heads: dose-response with dim, head and task controls
-    (interp.analyses.rope_zero). `experiment` as in `ablate`; `random_dims`: outside (the target band) | any."""
+    (interp.analyses.rope_zero). `experiment` as in `ablate`; `random_dims`: outside (the target band) | any;
+    `mode`: zero | phase (angle fixed at `phase_distance`) | content | magnitude (RopeZeroConfig)."""
     from interp.analyses.rope_zero import RopeZeroConfig, run_rope_zero
 
     exp = experiment or prepare_experiment(model, heads, niah=niah, task=task, from_dir=from_dir, threshold=threshold,
@@ -119,7 +121,8 @@ def rope_zero(model, heads="retrieval", *, niah=None, task=None, from_dir=None, 
     kw = {} if exp.niah is None else {"niah": exp.niah}
     cfg = RopeZeroConfig(heads=tuple(exp.heads), band=band, doses=tuple(doses), unit=unit, side=side,
                          random_draws=random_draws, head_draws=head_draws, seed=seed, batch_size=batch_size,
-                         heads_source=exp.source, random_dims=random_dims, **kw)
+                         heads_source=exp.source, random_dims=random_dims, mode=mode,
+                         phase_distance=phase_distance, **kw)
     return run_rope_zero(model, cfg, samples=exp.samples, task=exp.task, progress=progress)
 
 

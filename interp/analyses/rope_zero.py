@@ -17,6 +17,11 @@ recall; or user prompts with logit_diff / logprob / loss):
 Every condition of every dose is one `Condition` of one `run_conditions` call (each distinct
 (heads, dims) patch evaluated once); the numbers come from `experiments.compare`.
 
+`mode` sets what "zeroing" a band means (the same doses, controls and result): zero (content and phase gone),
+phase (the band's RoPE angle fixed at one query-key distance, content kept), content (its pre-rotation vector
+set to the mean over the loss-control passages, position kept) or magnitude (its length set to that mean, angle
+kept). Set against each other on one band they say whether a head needs the band's position or its content.
+
 rope_zero.json: `metric`; `baseline` {metric Estimate, task_loss, rope (theta, layout, ..., heads_by_theta:
 which target heads rotate with which theta, freqs_by_theta: the zeroed pairs' frequencies under each theta when
 layer types differ, as on Gemma-3)}; `doses[*]`: dose,
@@ -33,12 +38,21 @@ from interp.errors import InvalidInputError
 from interp.experiments import (Comparison, Condition, NiahTask, PromptTask, baseline, compare, random_head_controls,
                            run_conditions, text_items)
 from interp.runtime.progress import plan
+from interp.hooks.bandpatch import MEAN_MODES, MeanPairs, pair_means
 from interp.hooks.interventions import ZeroRopeDims
+from interp.hooks.remap import RemapPositions
 from interp.models.rope import heads_by_theta, one_pair_order, resolve_dims
 from interp.tasks.niah import NiahConfig, resolve_niah
 from interp.sites import HeadId, as_heads
 
 RANDOM_DIMS = ("outside", "any")
+MODES = ("zero", "phase", "content", "magnitude")
+
+
+def mode_verb(mode: str, phase_distance: float = 0.0) -> str:
+    """What a mode does to the band, as the result, tables and figures say it ("zeroed", ...)."""
+    return {"zero": "zeroed", "phase": f"phase fixed at distance {phase_distance:g}",
+            "content": "content set to its mean", "magnitude": "length set to its mean"}[mode]
 
 
 @dataclass
@@ -48,7 +62,11 @@ class RopeZeroConfig:
     pairs); `side`: q | k | both (see ZeroRopeDims). `random_draws` random-dim sets and `head_draws` matched
     head sets per dose; `task_texts` corpus passages of `task_tokens` tokens for the loss control.
     `n_boot` / `n_perm`: bootstrap resamples / permutations; `heads_source`: recorded in the result.
-    `random_dims`: where the random dims come from, outside the target band (default) or any pair."""
+    `random_dims`: where the random dims come from, outside the target band (default) or any pair.
+    `mode`: what happens to the band's pairs: zero (ZeroRopeDims: content and phase gone), phase (their RoPE
+    angle fixed at `phase_distance` for every query-key pair, content kept: RemapPositions scale 0 on those
+    pairs), content (their pre-rotation vector set to its mean over the loss-control passages, rotated to the
+    token's position: position kept) or magnitude (their length set to its mean, angle kept; MeanPairs)."""
 
     heads: tuple[HeadId, ...]
     niah: NiahConfig = field(default_factory=NiahConfig)
@@ -69,6 +87,8 @@ class RopeZeroConfig:
     # many lie outside as the band holds; else from every pair, and the result says so); "any": from every pair,
     # the band included (each draw's shared pairs recorded)
     random_dims: str = "outside"
+    mode: str = "zero"
+    phase_distance: float = 0.0
 
     def __post_init__(self):
         from interp.errors import check_fields
@@ -76,6 +96,13 @@ class RopeZeroConfig:
         self.heads = as_heads(self.heads)  # "L3H1" strings and (layer, head) pairs too
         if self.random_dims not in RANDOM_DIMS:
             raise InvalidInputError(f"random dims from {self.random_dims!r}: valid are {', '.join(RANDOM_DIMS)}")
+        if self.mode not in MODES:
+            raise InvalidInputError(f"mode {self.mode!r}: valid are {', '.join(MODES)}")
+        if self.mode == "phase" and self.side != "q":
+            raise InvalidInputError("mode phase sets the angle between a head's query and its keys (its own copy of "
+                                    "them under GQA): it has no side; leave side at its default")
+        if self.mode != "phase" and self.phase_distance != 0:
+            raise InvalidInputError("phase_distance (--phase-distance) applies with mode phase (--mode phase) only")
 
         check_fields(self, {"random_draws": 0, "head_draws": 0, "batch_size": 1, "task_texts": 1, "task_tokens": 2,
                             "n_boot": 1, "n_perm": 1})
@@ -115,6 +142,10 @@ class RopeZeroResult:
     config: dict
     provenance: dict
     controls_note: str | None = None  # every dose's random_dims_note, joined
+    mode: str = "zero"  # zero | phase | content | magnitude (RopeZeroConfig)
+    phase_distance: float | None = None  # mode phase: the distance every key is seen at
+    reference_tokens: int | None = None  # content / magnitude: tokens the means were taken over
+    patch: str = "zeroed"  # mode_verb: what was done to the band, in words
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -179,21 +210,26 @@ def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence | None = None
         task = (NiahTask(samples, config.niah) if samples is not None
                 else NiahTask.build(model.tokenizer, resolve_niah(model, config.niah)))
 
-    def zero(hs, dims):
-        return (ZeroRopeDims(hs, dims, side=config.side),)
+    means = pair_means(model, _task_texts(model, config), config.batch_size) if config.mode in MEAN_MODES else None
+
+    def zero(hs, band):
+        if config.mode == "zero":
+            return (ZeroRopeDims(hs, band.dims, side=config.side),)
+        if config.mode == "phase":
+            return (RemapPositions(hs, scale=0.0, offset=config.phase_distance, bands=band.pairs),)
+        return (MeanPairs(hs, band.pairs, means, mode=config.mode, side=config.side),)
 
     controls = random_head_controls(heads, model.spec, lambda hs: (), config.head_draws, config.seed)
     matched_sets = [c.heads for c in controls.conditions]
     conds, pools, direct, loss_conds = [baseline()], {}, [], [baseline()]
     dims_from, notes = {0: ""}, {}
     for dose in (d for d in config.doses if d > 0):
-        dims = bands[dose].dims
-        conds.append(Condition(f"target-{dose}", zero(heads, dims), "target", heads, {"dose": dose}))
+        conds.append(Condition(f"target-{dose}", zero(heads, bands[dose]), "target", heads, {"dose": dose}))
         loss_conds.append(conds[-1])
         draws_, dims_from[dose], notes[dose] = _random_dims(rope, config, dose, bands[dose])
-        rnd = [Condition(f"random-dims-{dose}-{i + 1}", zero(heads, rd.dims), "control", heads,
+        rnd = [Condition(f"random-dims-{dose}-{i + 1}", zero(heads, rd), "control", heads,
                        {"dose": dose, "dims": rd.to_dict()}) for i, rd in enumerate(draws_)]
-        mh = [Condition(f"matched-heads-{dose}-{i + 1}", zero(hs, dims), "control", hs, {"dose": dose})
+        mh = [Condition(f"matched-heads-{dose}-{i + 1}", zero(hs, bands[dose]), "control", hs, {"dose": dose})
               for i, hs in enumerate(matched_sets)]
         conds += rnd + mh
         for kind, group in (("random-dims", rnd), ("matched-heads", mh)):
@@ -221,6 +257,9 @@ def run_rope_zero(model, config: RopeZeroConfig, samples: Sequence | None = None
                            "freqs_by_theta": _band_freqs_by_theta(model.spec, bands)}},
         doses=doses, matched_head_sets=[[str(h) for h in hs] for hs in matched_sets],
         sample_ids=task.sample_ids, config=cfg, provenance=provenance(model),
+        mode=config.mode, phase_distance=config.phase_distance if config.mode == "phase" else None,
+        reference_tokens=None if means is None else means.n_tokens,
+        patch=mode_verb(config.mode, config.phase_distance),
         controls_note="; ".join(f"{d.dose} {config.unit}: {d.random_dims_note}" for d in doses
                                 if d.random_dims_note) or None)
 

@@ -27,6 +27,11 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
                                        "comma-separated; with --unit pairs, pairs."),
               unit: str = typer.Option("dims", "--unit", help="dims | pairs"),
               side: str = typer.Option("q", "--side", help="q (head-specific) | k (hits the whole GQA group) | both"),
+              mode: str = typer.Option("zero", "--mode", help="zero (content and phase) | phase (angle fixed at "
+                                       "--phase-distance, content kept) | content (mean content, position kept) "
+                                       "| magnitude (mean length, angle kept)."),
+              phase_distance: float = typer.Option(0.0, "--phase-distance", help="With --mode phase: the "
+                                                   "query-key distance every key is seen at in the band."),
               random_draws: int = typer.Option(3, "--random-draws", min=0, help="Random-dim draws per dose."),
               random_dims: str = typer.Option("outside", "--random-dims", help="Where random dims come from: "
                                               "outside (the pairs outside the target band at that dose) | any "
@@ -40,9 +45,11 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
           max_memory: Optional[str] = MAX_MEMORY,
               model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, overwrite: bool = OVERWRITE,
               as_json: bool = JSON, csv: bool = CSV):
-    """Zero a RoPE frequency band in heads: dose-response of NIAH recall (or your --prompts metric) with dim,
-    head and task controls."""
+    """Zero a RoPE frequency band in heads (or fix its phase, or its content): dose-response of NIAH recall (or
+    your --prompts metric) with dim, head and task controls."""
     from interp.analyses.pipeline import rope_zero as run
+    from interp.analyses.rope_zero import RopeZeroConfig
+    from interp.cli.rope_print import print_rope_zero
     from interp.hooks.interventions import ZERO_SIDES
     from interp.models.rope import n_pairs_of, require_rope
 
@@ -51,6 +58,7 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
     if random_dims not in ("outside", "any"):
         raise InvalidInputError(f"--random-dims {random_dims!r}: valid are outside, any")
     doses = parse_ints(dims, "--dims")
+    RopeZeroConfig(heads=(), mode=mode, side=side, phase_distance=phase_distance)  # fails before the model loads
     if band not in ("lowest", "highest", "random"):
         parse_ints(band, "--band")
         raise InvalidInputError("explicit pair bands are available from the library (interp.models.rope.resolve_dims); "
@@ -70,45 +78,12 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
     prog, advance = progress_bar(None, "rope-zero conditions")  # the total: the conditions the analysis plans
     with prog:
         res = run(m, experiment=exp, band=band, doses=doses, unit=unit, side=side, random_draws=random_draws,
-                  head_draws=head_draws, seed=seed, batch_size=batch_size, progress=advance, random_dims=random_dims)
+                  head_draws=head_draws, seed=seed, batch_size=batch_size, progress=advance, random_dims=random_dims,
+                  mode=mode, phase_distance=phase_distance)
     d = write_result(res, o, "rope_zero", as_json, csv)
     write_task_prompts(task, exp.samples, m, o / "prompts.jsonl")
     if not (as_json or csv):
-        _print_rope_zero(d, o)
-
-
-def _fmt(block):
-    if not block:
-        return "-"
-    r = block["metric"]
-    return f"{r['mean']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]"
-
-
-def _print_rope_zero(d, o):
-    from interp.cli.output import console, print_tests
-    from rich.table import Table
-
-    t = Table(title=f"{d['model']}: {d['band']} band zeroed ({d['side']} side) in {len(d['heads'])} heads "
-                    f"({d['heads_source']})")
-    for col in ("dims", "target heads", "random dims (pooled)", "matched heads (pooled)", "task loss (nats)"):
-        t.add_column(col)
-    for r in d["doses"]:
-        tl = r["task"]
-        loss = f"{tl['loss']:.3f}" + ("" if tl["vs_baseline"] is None else f" ({tl['vs_baseline']['diff']:+.3f})")
-        t.add_row(str(r["dose"]), _fmt(r["target"]), _fmt(r["random_pooled"]), _fmt(r["matched_pooled"]), loss)
-    c = console()
-    c.print(t)
-    print_tests("rope_zero", d)
-    if d["baseline"]["rope"]["freqs_by_theta"]:  # layer types with their own thetas (Gemma-3)
-        _print_thetas(c, d["baseline"]["rope"]["heads_by_theta"], "target heads")
-    c.print(f"written to {final_path(o)}/")
-
-
-def _print_thetas(c, by_theta: dict, what: str) -> None:
-    """On models whose layer types rotate with different thetas (Gemma-3): which heads use which."""
-    if by_theta:
-        c.print(f"{what} by RoPE theta: " + "; ".join(f"theta {t}: {', '.join(hs)}" for t, hs in by_theta.items()),
-                highlight=False)
+        print_rope_zero(d, o)
 
 
 def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Optional[str] = FROM,
@@ -123,6 +98,7 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
                  overwrite: bool = OVERWRITE, as_json: bool = JSON):
     """Per-head, per-frequency-pair share of the q.k logit magnitude; a q/k norm statistic, retrieval vs other heads."""
     from interp.analyses.rope_profile import STATISTICS, RopeProfileConfig, run_rope_profile
+    from interp.cli.rope_print import print_thetas
     from interp.models.rope import require_rope
 
     if statistic not in STATISTICS:
@@ -165,7 +141,7 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
     else:
         c.print("no comparison: every head or no head is labelled retrieval")
     if d["pair_freqs_by_theta"]:
-        _print_thetas(c, d["retrieval_heads_by_theta"], "retrieval heads")
+        print_thetas(c, d["retrieval_heads_by_theta"], "retrieval heads")
     c.print(f"written to {final_path(o)}/")
 
 

@@ -126,8 +126,10 @@ def rope_dose_response(result: dict):
     go = _go()
     fig = go.Figure()
     doses = result["doses"]
-    for key, name in (("target", "target heads, band zeroed"), ("random_pooled", "same heads, random dims"),
-                      ("matched_pooled", "matched other heads, band zeroed")):
+    verb = result.get("patch", "zeroed")
+    side = "q and the head's keys" if result.get("mode") == "phase" else f"{result['side']} side"
+    for key, name in ((("target", f"target heads, band {verb}"), ("random_pooled", "same heads, random dims"),
+                       ("matched_pooled", f"matched other heads, band {verb}"))):
         pts = [(d["dose"], d[key]["metric"]) for d in doses if d.get(key)]
         xs = [p[0] for p in pts]
         fig.add_trace(go.Scatter(
@@ -135,9 +137,9 @@ def rope_dose_response(result: dict):
             error_y=ci_error_y([p[1] for p in pts])))
     rope = result["baseline"]["rope"]
     fig.update_xaxes(tickmode="array", tickvals=[d["dose"] for d in doses])
-    fig.update_layout(title=f"{result['metric']} vs {result['band']}-frequency dims zeroed ({result['side']} side), "
+    fig.update_layout(title=f"{result['metric']} vs {result['band']}-frequency dims {verb} ({side}), "
                             f"{result['model']} (of {rope['rotary_dims']} rotary dims; 95% CI)",
-                      xaxis_title="dims zeroed per head", **_metric_axis(result["metric"]))
+                      xaxis_title=f"dims {verb} per head", **_metric_axis(result["metric"]))
     return fig
 
 

@@ -175,6 +175,45 @@ def test_rope_zero_equals_hand_loop_on_tiny_llama(bundled):
     assert main["diff"].item() == dose.target_vs_random_dims["diff"]
 
 
+@pytest.mark.parametrize("mode", ["phase", "content", "magnitude"])
+def test_rope_zero_modes_equal_their_interventions_on_tiny_llama(bundled, mode):
+    """--mode phase | content | magnitude: the target and the loss control are the band's pairs patched by
+    RemapPositions(scale 0, offset d) / MeanPairs (means over the loss-control passages), recomputed here."""
+    from interp.analyses.rope_zero import RopeZeroConfig, run_rope_zero
+    from interp.hooks.bandpatch import MeanPairs, pair_means
+    from interp.hooks.remap import RemapPositions
+    from interp.models.rope import resolve_dims
+    from interp.tasks.text import corpus_passages
+
+    _require("tiny-llama")
+    model = bundled("tiny-llama")
+    niah = NiahConfig(context_lengths=(256,), depths=(0.5,), n_seeds=3)
+    samples = build_niah(model.tokenizer, niah)
+    heads = (interp.HeadId(2, 0), interp.HeadId(2, 1))
+    d = 40.0 if mode == "phase" else 0.0
+    cfg = RopeZeroConfig(heads=heads, niah=niah, doses=(0, 8), random_draws=1, head_draws=1, task_texts=3,
+                         task_tokens=64, n_boot=200, n_perm=200, mode=mode, phase_distance=d)
+    res = run_rope_zero(model, cfg, samples=samples)
+    texts = corpus_passages(model.tokenizer, 3, 64, f"rope-task/{niah.first_seed}")
+    pairs = resolve_dims(model.spec.rope, "lowest", 8, "dims").pairs
+    iv = (RemapPositions(heads, scale=0.0, offset=d, bands=pairs) if mode == "phase"
+          else MeanPairs(heads, pairs, pair_means(model, texts), mode=mode))
+    ids = torch.tensor(texts)
+
+    def loss(ivs):
+        with model.intervene(*ivs):
+            lg = model.forward(ids).float()
+        return (-torch.log_softmax(lg[:, :-1], -1).gather(-1, ids[:, 1:, None])[..., 0].mean(1)).numpy()
+
+    target = np.array([o.recall for o in run_niah(model, samples, (iv,))], dtype=float)
+    dose = res.doses[1]
+    assert res.mode == mode and res.to_dict()["mode"] == mode
+    assert (res.phase_distance, res.reference_tokens) == ((d, None) if mode == "phase" else (None, 3 * 64))
+    assert dose.target["metric"]["mean"] == pytest.approx(target.mean())
+    assert dose.task["loss"] == pytest.approx(loss((iv,)).mean(), abs=1e-5)
+    assert abs(dose.task["loss"] - res.baseline["task_loss"]) > 1e-6  # the patch does something (phase: little)
+
+
 def test_induction_causal_check_equals_hand_loop():
     from interp.analyses.induction import InductionConfig, detect_induction_heads
     from interp.tasks.repeated import RepeatedConfig, build_repeated_batches
