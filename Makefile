@@ -6,7 +6,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.interp-installed
 
-.PHONY: setup demo models test test-fast test-qwen-1.5b bench atlas results results-real results-real-qwen results-real-qwen-0.5b results-real-qwen-1.5b results-ioi-path results-real-ioi results-theta results-rope-remap clean
+.PHONY: setup demo models test test-fast test-qwen-1.5b bench atlas results results-real results-real-qwen results-real-qwen-0.5b results-real-qwen-1.5b results-ioi-path results-real-ioi results-theta results-rope-remap results-real-rope-modes clean
 
 setup: $(STAMP)
 
@@ -136,7 +136,7 @@ RZ_PAIRS_gemma3-270m := 0,16,32,64,128
 RZ_OUT_smollm2-135m := rope-zero-full
 RZ_OUT_gemma3-270m := rope-zero
 
-results-real: $(addprefix results-real-,$(REAL_MODELS)) results-real-ioi results-real-probes
+results-real: $(addprefix results-real-,$(REAL_MODELS)) results-real-ioi results-real-probes results-real-rope-modes
 	$(PY) bench/run_cost.py runs/results-real
 
 # --control-exclude none and --random-dims any: the random controls of the documented runs (drawn from every other
@@ -156,6 +156,19 @@ results-real-%: setup models
 		--n-tokens 512 --overwrite --out $(RR)/rope-profile
 	$(RI) rope-zero --model $* --heads retrieval --from $(RR)/retrieval $(REAL_NIAH) --lengths 1024 --unit pairs \
 		--dims $(RZ_PAIRS_$*) --random-draws 3 --head-draws 2 --random-dims any --overwrite --out $(RR)/$(RZ_OUT_$*)
+
+# Phase vs content in the retrieval heads' lowest band (docs/results-real.md#phase-or-content-what-the-lowest-rope-band-carries):
+# the band zeroed, its phase fixed (every key seen at distance 0), its content set to the mean (position kept),
+# its length set to the mean (angle kept); same prompts, random pairs outside the band, one matched head set;
+# bfloat16 (docs/precision.md). About 25 CPU-minutes per mode on SmolLM2, 40 on Gemma-3.
+RZ_BAND_smollm2-135m := 4
+RZ_BAND_gemma3-270m := 16
+RZ_MODES := zero phase content magnitude
+results-real-rope-modes: $(addprefix results-real-rope-modes-,$(REAL_MODELS))
+results-real-rope-modes-%: setup models
+	for mode in $(RZ_MODES); do $(RI) rope-zero --model $* --heads retrieval --from $(RR)/retrieval $(REAL_NIAH) \
+		--lengths 1024 --unit pairs --dims 0,$(RZ_BAND_$*) --mode $$mode --random-draws 2 --head-draws 1 \
+		--model-dtype bfloat16 --overwrite --out $(RR)/rope-mode-$$mode || exit 1; done
 
 # Probes on SmolLM2's residual stream (512 texts x 128 tokens into an activation store), then again from the
 # same store without the first token (its massive activations; docs/results-real.md#positional-and-semantic-subspaces-probes)
