@@ -169,6 +169,8 @@ results-real-rope-modes-%: setup models
 	for mode in $(RZ_MODES); do $(RI) rope-zero --model $* --heads retrieval --from $(RR)/retrieval $(REAL_NIAH) \
 		--lengths 1024 --unit pairs --dims 0,$(RZ_BAND_$*) --mode $$mode --random-draws 2 --head-draws 1 \
 		--model-dtype bfloat16 --overwrite --out $(RR)/rope-mode-$$mode || exit 1; done
+	$(RI) rope-profile --model $* --heads retrieval --from $(RR)/retrieval --decompose $(REAL_NIAH) --lengths 1024 \
+		--n-texts 2 --model-dtype bfloat16 --overwrite --out $(RR)/rope-decompose
 
 # Probes on SmolLM2's residual stream (512 texts x 128 tokens into an activation store), then again from the
 # same store without the first token (its massive activations; docs/results-real.md#positional-and-semantic-subspaces-probes)

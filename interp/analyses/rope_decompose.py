@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from interp.errors import InvalidInputError
@@ -106,3 +107,97 @@ def logit_by_pair(model, input_ids, layer: int, head: int, query_pos: int, key_p
     softcapped = None if obs.softcap is None else torch.tanh(logit / obs.softcap) * obs.softcap
     return PairLogits(layer=layer, head=head, query_pos=qp, key_positions=kps, freqs=tuple(rope.inv_freq),
                       scaling=float(obs.scaling), contributions=contributions, logit=logit, softcapped=softcapped)
+
+
+class _LastQuery(Intervention):
+    """Observer: for every listed layer, the last position's q of its listed heads and every k of their KV heads."""
+
+    observes_qkv = True
+
+    def __init__(self, heads_by_layer: dict[int, list[int]]):
+        super().__init__(None)
+        self.heads_by_layer = heads_by_layer
+        self.seen: dict[int, tuple] = {}
+
+    def observe_qkv(self, call, q, k, v):
+        """Keep q [b, n_heads, d] at the last position and k [b, n_kv, k_len, d] (float32), with the scaling."""
+        if call.layer in self.heads_by_layer:
+            self.seen[call.layer] = (q[:, :, -1].detach().float(), k.detach().float(), call.scaling)
+
+
+def _band_edges(n_pairs: int, n_bands: int = 4) -> list[tuple[int, int]]:
+    """[start, stop) slices of the frequency order (lowest first) cutting the pairs into `n_bands` bands."""
+    cuts = [round(i * n_pairs / n_bands) for i in range(n_bands + 1)]
+    return [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+
+
+BAND_NAMES = ("lowest quarter", "second quarter", "third quarter", "highest quarter")
+
+
+def needle_decomposition(model, samples, heads, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Which rotary bands raise the needle's attention logit: for every head of `heads` and NIAH sample (prompts
+    with `needle_span`), the logit of the last prompt position split by pair (logit_by_pair's terms), averaged
+    over the needle's keys minus averaged over the other keys (the first token, an attention sink, left out).
+    Per pair (frequency order, lowest first) and per head the mean over prompts; per band (quarters of the pairs
+    by frequency, and the unrotated dims) the per-prompt mean over heads with a bootstrap CI over prompts and
+    its share of the whole gap; the same by needle depth (distance to the question). One forward per prompt."""
+    from interp import stats
+    from interp.sites import as_heads
+
+    spec = model.spec
+    require_rope(spec)
+    heads = sorted(as_heads(heads))
+    if not heads or not samples:
+        raise InvalidInputError("the decomposition needs target heads and NIAH prompts")
+    by_layer: dict[int, list[int]] = {}
+    for h in heads:
+        by_layer.setdefault(h.layer, []).append(h.head)
+    rope = spec.rope_of(heads[0].layer)
+    order = list(rope.pairs_by_frequency())
+    n_p = rope.n_pairs
+    diffs = np.zeros((len(samples), len(heads), n_p + 1))
+    for i, s in enumerate(samples):
+        obs = _LastQuery(by_layer)
+        with model.intervene(obs):
+            model.forward(torch.tensor([s.input_ids]), logits=False)
+        a, b = s.needle_span
+        n = len(s.input_ids)
+        rest = torch.ones(n, dtype=torch.bool)
+        rest[a:b] = False
+        rest[0] = False
+        for j, h in enumerate(heads):
+            q, k, scaling = obs.seen[h.layer]
+            lr = spec.rope_of(h.layer)
+            kv = spec.kv_head_of(h.head)
+            prod = q[0, h.head][None, :] * k[0, kv] * scaling  # [n, d]
+            pairs = [lr.pair_dims(p) for p in range(lr.n_pairs)]
+            rotated = {d for pr in pairs for d in pr}
+            other = [d for d in range(prod.shape[-1]) if d not in rotated]
+            terms = torch.stack([prod[:, list(pr)].sum(-1) for pr in pairs] + [prod[:, other].sum(-1)], -1)
+            diffs[i, j] = (terms[a:b].mean(0) - terms[rest].mean(0)).double().numpy()
+    by_freq = np.concatenate([diffs[..., order], diffs[..., -1:]], axis=-1)  # pairs lowest first, then unrotated
+    gap = by_freq.sum(-1).mean(1)  # [prompts]: the needle's logit minus the rest's, mean over heads
+    bands = []
+    for (lo, hi), name in zip(_band_edges(n_p), BAND_NAMES):
+        v = by_freq[..., lo:hi].sum(-1).mean(1)
+        e = stats.mean_ci(v, n_boot=n_boot, seed=seed)
+        bands.append({"band": name, "pairs": [order[p] for p in range(lo, hi)], "estimate": e.to_dict(),
+                      "share_of_gap": float(v.mean() / gap.mean()) if gap.mean() else None})
+    if rope.rotary_dims < rope.head_dim:
+        v = by_freq[..., -1].mean(1)
+        bands.append({"band": "unrotated dims", "pairs": [], "estimate": stats.mean_ci(v, n_boot=n_boot,
+                                                                                        seed=seed).to_dict(),
+                      "share_of_gap": float(v.mean() / gap.mean()) if gap.mean() else None})
+    by_depth = []
+    for depth in sorted({s.depth for s in samples}):
+        idx = [i for i, s in enumerate(samples) if s.depth == depth]
+        dist = float(np.mean([len(samples[i].input_ids) - 1 - samples[i].needle_span[0] for i in idx]))
+        by_depth.append({"depth": depth, "distance": dist, "n": len(idx), "gap": float(gap[idx].mean()),
+                         "bands": [float(by_freq[idx][..., lo:hi].sum(-1).mean()) for lo, hi in _band_edges(n_p)]})
+    return {"heads": [str(h) for h in heads], "pair_order": order, "n_prompts": len(samples),
+            "gap": stats.mean_ci(gap, n_boot=n_boot, seed=seed).to_dict(), "bands": bands, "by_depth": by_depth,
+            "by_head": {str(h): [float(x) for x in by_freq[:, j].mean(0)] for j, h in enumerate(heads)},
+            "semantics": "attention logit of the last prompt position: mean over the needle's keys minus mean over "
+                         "the other keys (the first token left out), split by rotary pair; bands are quarters of "
+                         "the pairs by frequency (lowest first); by_head lists pairs lowest first, then the "
+                         "unrotated dims"}

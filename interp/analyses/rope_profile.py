@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
+from interp.analyses.rope_decompose import needle_decomposition
 from interp.hooks.capture import Capture
 from interp.errors import InvalidInputError
 from interp.models.rope import heads_by_theta, one_pair_order
@@ -77,6 +78,7 @@ class RopeProfileResult:
     pair_freqs_by_theta: dict = field(default_factory=dict)  # {theta: inv_freq per pair} when layer types differ
     retrieval_heads_by_theta: dict = field(default_factory=dict)  # {theta: the retrieval heads rotating with it}
     comparisons: dict = field(default_factory=dict)  # {statistic: comparison} for every statistic
+    decomposition: dict | None = None  # rope_decompose.needle_decomposition of the retrieval heads on NIAH prompts
 
     def to_frame(self):
         """One row per (layer, head, quantity): the head statistic and every pair's share of |q.k|."""
@@ -138,10 +140,11 @@ def compare_heads(values: np.ndarray, labels: np.ndarray, n_perm: int, seed: int
             "n_other": int(b.size), "layer_clustered_permutation": perm.to_dict()}
 
 
-def run_rope_profile(model, config: RopeProfileConfig) -> RopeProfileResult:
+def run_rope_profile(model, config: RopeProfileConfig, needle_samples=None) -> RopeProfileResult:
     """Per-head share of |q.k| carried by each rotary pair and the per-head norm statistic on corpus passages,
     retrieval heads vs the rest (see module docstring). Raises InvalidInputError for a model without RoPE
-    or retrieval heads outside the model."""
+    or retrieval heads outside the model. `needle_samples` (NIAH prompts): also split the retrieval heads'
+    attention logit at the needle by rotary band (`decomposition`, rope_decompose.needle_decomposition)."""
     from interp.runtime.provenance import provenance
     from interp.models.model import pad_left
 
@@ -194,4 +197,6 @@ def run_rope_profile(model, config: RopeProfileConfig) -> RopeProfileResult:
         retrieval_heads_by_theta={f"{t:g}": hs for t, hs in heads_by_theta(spec, config.retrieval_heads).items()},
         statistic=config.statistic, head_statistic=stat.round(6).tolist(), comparisons=comparisons,
         retrieval_heads=[str(h) for h in config.retrieval_heads], heads_source=config.heads_source,
-        comparison=comparisons.get(config.statistic), config=cfg, provenance=provenance(model))
+        comparison=comparisons.get(config.statistic), config=cfg, provenance=provenance(model),
+        decomposition=None if needle_samples is None else needle_decomposition(model, needle_samples,
+                                                                               config.retrieval_heads, seed=config.seed))

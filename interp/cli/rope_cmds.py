@@ -91,6 +91,8 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
                  n_texts: int = typer.Option(8, "--n-texts", min=1,
                                              help="Passages: of --haystack's text when given, else of interp's corpus."),
                  n_tokens: int = typer.Option(256, "--n-tokens", min=2, help="Tokens per passage."),
+                 decompose: bool = typer.Option(False, "--decompose", help="Also split the heads' attention logit at "
+                                                "the needle by rotary band, on NIAH prompts of --lengths/--depths."),
                  seed: int = typer.Option(0, "--seed"), lengths: str = LENGTHS, depths: str = DEPTHS,
                  seeds: int = SEEDS, haystack: Optional[str] = HAYSTACK, threshold: float = THRESHOLD,
                  batch_size: int = BATCH, device: Optional[str] = DEVICE, revision: Optional[str] = REVISION,
@@ -98,7 +100,7 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
                  overwrite: bool = OVERWRITE, as_json: bool = JSON):
     """Per-head, per-frequency-pair share of the q.k logit magnitude; a q/k norm statistic, retrieval vs other heads."""
     from interp.analyses.rope_profile import STATISTICS, RopeProfileConfig, run_rope_profile
-    from interp.cli.rope_print import print_thetas
+    from interp.cli.rope_print import print_decomposition, print_thetas
     from interp.models.rope import require_rope
 
     if statistic not in STATISTICS:
@@ -119,11 +121,18 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
     target, source = exp.heads, exp.source
     cfg = RopeProfileConfig(retrieval_heads=tuple(target), heads_source=source, n_texts=n_texts, n_tokens=n_tokens,
                             seed=seed, statistic=statistic, batch_size=batch_size, text=niah.haystack_file)
-    res = run_rope_profile(m, cfg)
+    needle = None
+    if decompose:
+        from interp.tasks.niah import build_niah, resolve_niah
+
+        needle = build_niah(m.tokenizer, resolve_niah(m, niah if detecting else niah_for_model(m, niah)))
+    res = run_rope_profile(m, cfg, needle_samples=needle)
     d = write_result(res, o, "rope_profile", as_json)
     if as_json:
         return
     c = console()
+    if d["decomposition"]:
+        print_decomposition(c, d["decomposition"])
     if d["comparisons"]:
         from interp.figures.text import effect, p_note, permutation_p
 

@@ -39,3 +39,17 @@ def print_thetas(c, by_theta: dict, what: str) -> None:
     if by_theta:
         c.print(f"{what} by RoPE theta: " + "; ".join(f"theta {t}: {', '.join(hs)}" for t, hs in by_theta.items()),
                 highlight=False)
+
+
+def print_decomposition(c, dec: dict) -> None:
+    """The needle's attention-logit gap split by rotary band (rope_profile --decompose)."""
+    g = dec["gap"]
+    c.print(f"needle logit minus the other keys', mean over {len(dec['heads'])} heads and {dec['n_prompts']} prompts: "
+            f"{g['mean']:+.3f} [{g['lo']:+.3f}, {g['hi']:+.3f}]", highlight=False)
+    for b in dec["bands"]:
+        e, share = b["estimate"], b["share_of_gap"]
+        c.print(f"  {b['band']}: {e['mean']:+.3f} [{e['lo']:+.3f}, {e['hi']:+.3f}]"
+                + ("" if share is None else f" ({share:.0%} of the gap)"), highlight=False)
+    c.print("by depth (distance in tokens): " + "; ".join(
+        f"{d['depth']:g} ({d['distance']:.0f}): gap {d['gap']:+.2f}, lowest quarter {d['bands'][0]:+.2f}"
+        for d in dec["by_depth"]), highlight=False)

@@ -82,3 +82,37 @@ def test_refusals():
         logit_by_pair(model, ids(1, 8), 0, 0, 3, [5])
     with pytest.raises(InvalidInputError, match="outside"):
         logit_by_pair(model, ids(1, 8), 0, 0, 3, [20])
+
+
+@pytest.mark.parametrize("family,gqa", [("llama", True), ("gpt_neox", False)], ids=["llama", "gpt_neox"])
+def test_needle_decomposition_equals_logit_by_pair(family, gqa):
+    """Per head and pair: the needle keys' mean term minus the other keys' (first token left out), as
+    logit_by_pair computes them; bands (quarters by frequency, + unrotated) add up to the whole gap."""
+    import numpy as np
+
+    from interp.analyses.rope_decompose import needle_decomposition
+    from interp.tasks.niah import NiahSample
+
+    _, model = pair(family, gqa)
+    x = ids(2, 14, seed=4)
+    samples = [NiahSample(id=f"s{i}", seed=i, context_length=14, depth=d, input_ids=x[i].tolist(),
+                          needle_span=span, needle="", question="", answer="")
+               for i, (d, span) in enumerate([(0.25, (3, 6)), (0.75, (8, 10))])]
+    heads = [(1, 3), (2, 0)]
+    res = needle_decomposition(model, samples, heads, n_boot=200)
+    order = list(model.spec.rope.pairs_by_frequency())
+    want = np.zeros((2, 2, model.spec.rope.n_pairs + 1))
+    for i, s in enumerate(samples):
+        a, b = s.needle_span
+        rest = [p for p in range(1, 14) if not a <= p < b]
+        for j, (layer, head) in enumerate(heads):
+            t = logit_by_pair(model, torch.tensor([s.input_ids]), layer, head, -1, list(range(14))).contributions[0]
+            d = (t[a:b].mean(0) - t[rest].mean(0)).double().numpy()
+            want[i, j] = np.concatenate([d[order], d[-1:]])
+    for j, h in enumerate(["L1H3", "L2H0"]):
+        assert np.allclose(res["by_head"][h], want[:, j].mean(0), atol=1e-5)
+    gap = want.sum(-1).mean(1).mean()
+    assert res["gap"]["mean"] == pytest.approx(gap, abs=1e-5)
+    assert sum(b["estimate"]["mean"] for b in res["bands"]) == pytest.approx(gap, abs=1e-5)
+    assert [b["band"] for b in res["bands"]][-1] == ("unrotated dims" if family == "gpt_neox" else "highest quarter")
+    assert [d["depth"] for d in res["by_depth"]] == [0.25, 0.75] and res["by_depth"][0]["distance"] == 13 - 3
