@@ -85,3 +85,16 @@ def broken(page: Path, target: str) -> str | None:
 def test_every_relative_link_resolves(page):
     bad = [b for t in links(page) if (b := broken(page, t))]
     assert not bad, f"{page.relative_to(ROOT).as_posix()}: broken links:\n" + "\n".join(bad)
+
+
+def test_the_docs_index_sorts_every_page_by_kind():
+    """docs/README.md links every page of docs/ under one of its four kinds, and the README points at it."""
+    index = ROOT / "docs" / "README.md"
+    text = prose(index.read_text(encoding="utf-8"))
+    assert [h for h in re.findall(r"^## (.+)$", text, flags=re.M)] == ["Concepts", "How-to guides", "Reference",
+                                                                         "Results"]
+    linked = {(index.parent / t.partition("#")[0]).resolve() for t in links(index)}
+    pages = [p for p in (ROOT / "docs").iterdir() if p.suffix in (".md", ".json") and p != index]
+    missing = sorted(p.name for p in pages if p.resolve() not in linked)
+    assert not missing, f"docs/README.md does not list {missing}"
+    assert "docs/README.md" in links(ROOT / "README.md")
