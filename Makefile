@@ -264,7 +264,7 @@ atlas: setup
 	$(I) atlas $(ATLAS_RUNS) --overwrite --out runs/atlas
 	$(PY) bench/atlas_readme.py runs/atlas
 
-# Finding (ii) as a controlled experiment (docs/results.md#retrieval-heads-vs-rope_theta): tiny-llama variants
+# Finding (ii) as a controlled experiment (docs/results.md#retrieval-heads-vs-rope_theta-a-controlled-experiment): tiny-llama variants
 # that differ only in rope_theta (1e3, 1e4, 5e5) and training seed (2, 3, plus the seeds in THETA_ADD); builds the
 # missing ones (about 40 min each, two at a time on one thread each), measures every build and writes the
 # head-count-vs-theta table twice: at 512 tokens (the length where every theta has builds that retrieve) and on

@@ -28,7 +28,6 @@ from interp.errors import InvalidInputError
 from interp.hooks.interventions import ZERO_SIDES, Intervention, _heads_by_layer
 from interp.hooks.keywindow import real_starts
 from interp.hooks.remap import rotate_pairs
-from interp.models.model import pad_left
 from interp.sites import HeadLike, as_heads
 
 MEAN_MODES = ("content", "magnitude")
@@ -96,7 +95,12 @@ def pair_means(model, texts: Sequence[Sequence[int]], batch_size: int = 8) -> Pa
         raise InvalidInputError("pair_means needs at least one reference text")
     col = _Collect()
     with torch.no_grad(), model.intervene(col):
-        ids, mask = pad_left([list(t) for t in texts])
+        n = max(len(t) for t in texts)
+        ids = torch.zeros(len(texts), n, dtype=torch.long)
+        mask = torch.zeros(len(texts), n, dtype=torch.long)
+        for i, t in enumerate(texts):  # left padding, as the model pads
+            ids[i, n - len(t):] = torch.as_tensor(list(t), dtype=torch.long)
+            mask[i, n - len(t):] = 1
         model.forward(ids, attention_mask=mask, batch_size=batch_size, logits=False)
     out = {"q_vec": {}, "q_len": {}, "k_vec": {}, "k_len": {}}
     n = 0
