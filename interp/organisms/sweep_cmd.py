@@ -1,6 +1,7 @@
 """`interp organisms sweep`: build the missing rope_theta variants, measure every build (cached per build),
 write the head-count-vs-theta analysis as a run folder: theta.json, theta.csv (one row per build), table.md,
-run.json and the report page (index.html with the figures)."""
+run.json and the report page (index.html with the figures), through the same run-folder code as every interp
+command (interp.runtime.runs: written in place, so the cached measures in --out make a rerun resume)."""
 
 from __future__ import annotations
 
@@ -15,17 +16,12 @@ def _err(msg: str) -> int:
 
 
 def run_sweep(args, argv: list[str]) -> int:
-    import datetime
-    import shlex
+    """Build, measure and analyse the variants of `args` (the parsed options of `argv`); 0, or 2 with one error line."""
+    from interp.runtime import runs
 
-    from interp.runtime.cost import Clock
-
-    cost = Clock()  # starts now: run.json's compute record, as every interp run has
+    runs.begin(["organisms", "sweep", *argv], report=_report)  # its clock starts now: run.json's compute record
 
     import torch
-
-    from interp import __version__
-    from interp.figures.report import write_report
 
     from interp.errors import InterpError
     from interp.organisms.sweep import BUILDS_DIR, Variant, build_missing, variant_grid, locate_build
@@ -59,6 +55,10 @@ def run_sweep(args, argv: list[str]) -> int:
     except (ValueError, RuntimeError) as exc:
         return _err(str(exc))
 
+    try:  # the sweep's own folder, extended by a rerun (its measures are the resume): --overwrite implied
+        runs.out_dir(str(out), "organisms-sweep", args.base, staged=False, overwrite=True, units=False)
+    except InterpError as exc:
+        return _err(str(exc))
     torch.set_num_threads(args.threads)
     (out / "measures").mkdir(parents=True, exist_ok=True)
     niah = detection_niah(args.lengths, args.n_seeds)
@@ -94,11 +94,13 @@ def run_sweep(args, argv: list[str]) -> int:
     res.to_frame().to_csv(out / "theta.csv", index=False)
     table = res.table_md()
     (out / "table.md").write_text(table + "\n")
-    run = {"command": "interp organisms sweep " + " ".join(shlex.quote(a) for a in argv), "interp_version": __version__,
-           "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "warnings": [],
-           "compute": cost.compute()}
-    write_json(run, out / "run.json")
-    index = write_report(out, run)
+    runs.commit_staged(True)  # run.json last (the command, the files, its cost) and the report page
     print(table)
-    print(f"-> {out}/theta.json, theta.csv, table.md; report: {index}")
+    print(f"-> {out}/theta.json, theta.csv, table.md; report: {out / 'index.html'}")
     return 0
+
+
+def _report(folder: Path, run: dict):
+    from interp.figures.report import write_report
+
+    return write_report(folder, run)
