@@ -38,6 +38,8 @@ def check_fields(cfg, at_least: dict[str, int] | None = None, finite: tuple[str,
     name = type(cfg).__name__
     for f, lo in (at_least or {}).items():
         v = getattr(cfg, f)
+        if f == "batch_size" and v == "auto":  # resolved by the analysis from the model (models.batching)
+            continue
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
             raise InvalidInputError(f"{name}.{f} must be an integer >= {lo}, got {v!r}")
     for f in finite:

@@ -87,7 +87,7 @@ class CopySuppressionConfig:
             raise InvalidInputError("min_attention must lie in [0, 1]")
         if self.k < 1:
             raise InvalidInputError(f"k must be >= 1 (the top/bottom-k of the circuit scores), got {self.k}")
-        if self.n_candidates < 0 or self.batch_size < 1:
+        if self.n_candidates < 0 or (self.batch_size != "auto" and self.batch_size < 1):
             raise InvalidInputError("n_candidates must be >= 0 and batch_size >= 1")
 
 
@@ -217,7 +217,13 @@ def detect_copy_suppression(model, config: CopySuppressionConfig | None = None, 
     from interp.runtime.provenance import provenance
     from interp.tasks.text import text_windows
 
+    from dataclasses import replace
+
+    from interp.models.batching import resolve_batch_size
+
     config = config or CopySuppressionConfig()
+    config = replace(config, batch_size=resolve_batch_size(model, config.batch_size, "ablate", [config.seq_len],
+                                                           config.n_texts, logits="all"))
     spec = model.spec
     if not spec.causal:
         raise InvalidInputError(f"{spec.architecture} is an encoder: copy suppression is about next-token logits")

@@ -221,12 +221,25 @@ class InductionResult:
         return asdict(self)
 
 
+def _resolved_batch(model, config: InductionConfig) -> InductionConfig:
+    """`config` with its batch size resolved (`batch_size="auto"`, or checked against `model.max_memory`): repeated
+    sequences of 2 x the longest copy + BOS, every position's logits."""
+    from dataclasses import replace
+
+    from interp.models.batching import resolve_batch_size
+
+    bs = resolve_batch_size(model, config.batch_size, "ablate", [2 * max(config.repeated.lengths) + 1],
+                            config.repeated.n_seqs, logits="all")
+    return replace(config, batch_size=bs)
+
+
 def detect_induction_heads(model, config: InductionConfig | None = None, progress=None) -> InductionResult:
     """Scores every query head, finds induction heads and checks them causally (see module docstring)."""
     from interp.runtime.provenance import provenance
     from interp.analyses.circuits import ov_scores, token_sample
 
     config = config or InductionConfig()
+    config = _resolved_batch(model, config)
     spec = model.spec
     if config.heads:
         AblateHeads(config.heads).bind(model)  # heads outside the model: InvalidInputError before any work

@@ -33,6 +33,7 @@ class HeadExperiment:
     task: object | None
     selection: HeadSelection
     notes: list[str] = field(default_factory=list)
+    batch_size: int | str = 8  # resolved for the model and this work (models.batching.experiment_batch)
 
     @property
     def heads(self):
@@ -58,7 +59,7 @@ class HeadExperiment:
 
 def prepare_experiment(model, heads="retrieval", *, niah=None, task=None,
                        from_dir: str | SavedDetection | None = None, threshold: float = 0.1, seed: int = 0,
-                       n_heads: int | None = None, batch_size: int = 8, progress: Callable[[int], None] | None = None,
+                       n_heads: int | None = None, batch_size: int | str = 8, progress: Callable[[int], None] | None = None,
                        on_prompts: Callable[[str | None], None] | None = None, prompts: bool = True) -> HeadExperiment:
     """The prompts and heads of an experiment, in the order that fails cheapest first.
 
@@ -67,14 +68,19 @@ def prepare_experiment(model, heads="retrieval", *, niah=None, task=None,
     (`heads="retrieval"` without `from_dir`) scores the same prompts. `on_prompts(note)` is called once
     they are built, with the haystack note or None (the CLI prints it there); `progress(n)` advances per detection prompt.
     `prompts=False`: the experiment brings its own inputs (rope-profile's corpus passages); NIAH prompts are
-    built only for a detection run now.
+    built only for a detection run now. `batch_size`: N or "auto", resolved for the model and this work before
+    anything runs (`models.batching.experiment_batch`: a batch fitting the detection and the experiment) and
+    kept as the experiment's `batch_size`.
     """
+    from interp.models.batching import experiment_batch, niah_batch
     from interp.tasks.niah import build_niah, fallback_note, niah_for_model
 
     samples, notes = None, []
     detecting = heads == "retrieval" and not from_dir
     if task is None and (prompts or detecting):
         niah = niah_for_model(model, niah)
+        batch_size = (experiment_batch(model, batch_size, niah, task, detecting) if prompts
+                      else niah_batch(model, batch_size, niah, "detect"))  # its own inputs: the caller sizes those
         samples = build_niah(model.tokenizer, niah)  # refused prompts fail before a detection
         note = fallback_note(model, niah)
         notes += [note] if note else []
@@ -82,15 +88,19 @@ def prepare_experiment(model, heads="retrieval", *, niah=None, task=None,
             on_prompts(note)
     elif detecting:  # a PromptTask experiment whose heads are detected on NIAH (prompts built by the detector)
         niah = niah_for_model(model, niah)
+        batch_size = experiment_batch(model, batch_size, niah, task, detecting)
+    elif task is not None:  # a PromptTask with saved or given heads: no NIAH grid
+        niah = None
+        batch_size = experiment_batch(model, batch_size, None, task, False)
     sel = resolve_heads(heads, model, niah=niah, samples=samples if detecting else None, threshold=threshold,
                         from_dir=from_dir, batch_size=batch_size, seed=seed, n_heads=n_heads,
                         progress=progress if detecting else None)
-    return HeadExperiment(model.name, niah, samples, task, sel, notes)
+    return HeadExperiment(model.name, niah, samples, task, sel, notes, batch_size)
 
 
 def ablate(model, heads="retrieval", *, niah=None, task=None, from_dir=None, threshold: float = 0.1,
            mode: str = "zero", decode_only: bool = False, draws: int = 3, random_pool: str = "layer",
-           seed: int = 0, batch_size: int = 8, experiment: HeadExperiment | None = None, progress=None,
+           seed: int = 0, batch_size: int | str = 8, experiment: HeadExperiment | None = None, progress=None,
            window: int | None = None, sinks: int = 4, scale: float = 1.0, offset: float = 0.0,
            bands: str | None = None):
     """Mask the selected heads against matched random heads (interp.analyses.ablation) on NIAH or `task`.
@@ -100,6 +110,7 @@ def ablate(model, heads="retrieval", *, niah=None, task=None, from_dir=None, thr
 
     exp = experiment or prepare_experiment(model, heads, niah=niah, task=task, from_dir=from_dir, threshold=threshold,
                                            seed=seed, batch_size=batch_size)
+    batch_size = exp.batch_size if batch_size == "auto" else batch_size
     kw = {} if exp.niah is None else {"niah": exp.niah}
     cfg = AblationConfig(heads=tuple(exp.heads), mode=mode, decode_only=decode_only, draws=draws, seed=seed,
                          window=window, sinks=sinks, scale=scale, offset=offset, bands=bands, random_pool=random_pool, batch_size=batch_size, heads_source=exp.source, **kw)
@@ -108,7 +119,7 @@ def ablate(model, heads="retrieval", *, niah=None, task=None, from_dir=None, thr
 
 def rope_zero(model, heads="retrieval", *, niah=None, task=None, from_dir=None, threshold: float = 0.1,
               band: str = "lowest", doses=(0, 4, 8, 16, 32), unit: str = "dims", side: str = "q",
-              random_draws: int = 3, head_draws: int = 2, seed: int = 0, batch_size: int = 8,
+              random_draws: int = 3, head_draws: int = 2, seed: int = 0, batch_size: int | str = 8,
               experiment: HeadExperiment | None = None, progress=None, random_dims: str = "outside",
               mode: str = "zero", phase_distance: float = 0.0):
     """Zero a RoPE frequency band in the selected heads: dose-response with dim, head and task controls
@@ -118,6 +129,7 @@ def rope_zero(model, heads="retrieval", *, niah=None, task=None, from_dir=None, 
 
     exp = experiment or prepare_experiment(model, heads, niah=niah, task=task, from_dir=from_dir, threshold=threshold,
                                            seed=seed, batch_size=batch_size)
+    batch_size = exp.batch_size if batch_size == "auto" else batch_size
     kw = {} if exp.niah is None else {"niah": exp.niah}
     cfg = RopeZeroConfig(heads=tuple(exp.heads), band=band, doses=tuple(doses), unit=unit, side=side,
                          random_draws=random_draws, head_draws=head_draws, seed=seed, batch_size=batch_size,
@@ -176,7 +188,7 @@ def detection_ranking(exp: HeadExperiment, rank_by: str = "retrieval") -> tuple[
 
 def head_curve(model, heads="retrieval", *, kind: str = "keep", ks=(1, 2, 4, 8, 16), niah=None, task=None,
                from_dir=None, threshold: float = 0.1, mode: str = "zero", draws: int = 3, random_pool: str = "any",
-               reach_frac: float = 0.95, seed: int = 0, batch_size: int = 8,
+               reach_frac: float = 0.95, seed: int = 0, batch_size: int | str = 8,
                experiment: HeadExperiment | None = None, progress=None, window: int | None = None, sinks: int = 4,
                rank_by: str = "retrieval"):
     """Keep only (kind="keep") or mask (kind="mask") the top k heads by a ranking (`rank_by`, see
@@ -186,6 +198,7 @@ def head_curve(model, heads="retrieval", *, kind: str = "keep", ks=(1, 2, 4, 8, 
 
     exp = experiment or prepare_experiment(model, heads, niah=niah, task=task, from_dir=from_dir, threshold=threshold,
                                            seed=seed, batch_size=batch_size)
+    batch_size = exp.batch_size if batch_size == "auto" else batch_size
     ranked, source = detection_ranking(exp, rank_by)
     kw = {} if exp.niah is None else {"niah": exp.niah}
     cfg = HeadCurveConfig(ranked=ranked, ks=tuple(ks), kind=kind, mode=mode, draws=draws, random_pool=random_pool,

@@ -203,11 +203,14 @@ def detect_retrieval_heads(model, config: RetrievalConfig | None = None, samples
     from interp.runtime.provenance import provenance
     from interp.stats import threshold_sweep
 
+    from dataclasses import replace
+
+    from interp.models.batching import niah_batch
+
     config = config or RetrievalConfig()
     if samples is None:  # built here: the needles for this model (recorded in the result's config)
-        from dataclasses import replace
-
         config = replace(config, niah=resolve_niah(model, config.niah))
+    config = replace(config, batch_size=niah_batch(model, config.batch_size, config.niah, "detect"))
     samples = list(samples) if samples is not None else build_niah(model.tokenizer, config.niah)
     rec = RetrievalRecorder(config.sink_tokens, config.recent_window, config.score_norm)
     rec.bind(model)

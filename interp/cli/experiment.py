@@ -1,5 +1,5 @@
-"""The steps every head experiment command shares (ablate, rope-zero, rope-profile): --from read once, the
-NIAH grid inherited from a saved detection, --prompts as a task, the library's detect -> select step with
+"""The steps every head experiment command shares (ablate, rope-zero, rope-profile) around the library's
+(`analyses.grid`: --from read once, the NIAH grid inherited from a saved detection): --prompts as a task, the library's detect -> select step with
 its progress bar and notes, and the detection and prompts written into the run folder."""
 
 from __future__ import annotations
@@ -11,7 +11,11 @@ from interp.cli.options import given, niah_config
 from interp.cli.output import console, print_line, print_note, progress_bar
 from interp.runtime.jsonio import dumps
 from interp.cli.runs import final_path, write_result
+from interp.analyses.grid import saved_detection
 from interp.errors import InvalidInputError
+
+__all__ = ["experiment_grid", "prepare_heads", "prompt_task", "saved_detection", "write_detection",
+           "write_task_prompts"]
 
 
 def write_detection(res, samples, model, out: Path, prompts_file: str = "prompts.jsonl"):
@@ -22,46 +26,17 @@ def write_detection(res, samples, model, out: Path, prompts_file: str = "prompts
     write_prompts(samples, model.tokenizer, out / prompts_file)
 
 
-def saved_detection(heads: str, from_dir):
-    """--from DIR read once, before the model loads (a missing or broken file fails first): a
-    SavedDetection for --heads retrieval / induction, else None."""
-    from interp.analyses.heads import SavedDetection
-
-    if not from_dir or heads not in ("retrieval", "induction"):
-        return None
-    return SavedDetection.read(from_dir, heads)
-
-
-def inherit_grid(ctx, saved, lengths: str, depths: str, seeds: int):
-    """With --heads retrieval --from DIR, the NIAH grid options not given are the detection's own (`saved`,
-    its retrieval.json), and a note says so; the options given and differing from it are noted too.
-    (lengths, depths, seeds) to use."""
-    g = saved.niah_grid() if saved is not None and saved.kind == "retrieval" else None
-    if g is None:
-        return lengths, depths, seeds
-    det = {"lengths": ",".join(map(str, g["context_lengths"])), "depths": ",".join(f"{d:g}" for d in g["depths"]),
-           "seeds": g["n_seeds"]}
-    now = {"lengths": lengths, "depths": depths, "seeds": seeds}
-    flag = {"lengths": "--lengths", "depths": "--depths", "seeds": "--n-seeds"}
-    taken = [k for k in now if not given(ctx, k)]
-    for k in taken:
-        now[k] = det[k]
-    differ = [f"{flag[k]} {now[k]} (detected on {det[k]})" for k in now if k not in taken and str(now[k]) != str(det[k])]
-    c = console()
-    if taken:
-        print_line(f"NIAH grid from {saved.path}: " + ", ".join(f"{flag[k]} {now[k]}" for k in taken)
-                   + " (the detection's prompts: heads are selected and tested on the same seeds)", "note", c)
-    if differ:
-        print_line("not the detection's grid: " + "; ".join(differ), "note", c)
-    return now["lengths"], now["depths"], now["seeds"]
-
-
 def experiment_grid(ctx, saved, prompts, lengths, depths, seeds, haystack, needles, separator, max_new_tokens):
-    """The NIAH grid of a paired experiment (ablate, rope-zero): the detection's own options where not given
-    (inherit_grid), and >= 2 prompts unless --prompts replaces NIAH."""
-    if prompts is None:
-        lengths, depths, seeds = inherit_grid(ctx, saved, lengths, depths, seeds)
-    return niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens, paired=prompts is None)
+    """The NIAH grid of a paired experiment (ablate, rope-zero) from its options: the library's
+    (`analyses.grid.experiment_grid`: a saved detection's grid where not given, >= 2 prompts unless --prompts
+    replaces NIAH), its notes printed."""
+    from interp.analyses import grid
+
+    niah = niah_config(lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
+    niah, notes = grid.experiment_grid(niah, saved, {k for k in grid.FLAGS if given(ctx, k)}, prompts is not None)
+    for note in notes:
+        print_line(note, "note")
+    return niah
 
 
 def prepare_heads(m, heads: str, niah, task, saved, threshold: float, batch_size: int, o: Path, seed: int,

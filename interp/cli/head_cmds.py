@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from interp.errors import InvalidInputError
-from interp.cli.options import finite, parse_ints, unit_interval
+from interp.cli.options import finite, load_options, parse_ints, unit_interval
 from interp.cli.output import heads_cell, progress_bar
 from interp.cli.runs import final_path, write_result, write_table
 from interp.cli.options import BATCH, DEVICE, DEVICE_MAP, DTYPE, JSON, MAX_MEMORY, MODEL, OUT, OVERWRITE, REVISION
@@ -26,16 +26,11 @@ def _heads(text):
     return None if not text else tuple(as_heads(text))
 
 
-def _run(model, device, model_dtype, revision, device_map, max_memory, out, overwrite: bool, command: str, steps, analyse, printer,
-         as_json: bool, cfg=None, batch_size=None, seq_len=None, n_seqs: int = 1) -> None:
-    """Load, run `analyse(model, advance)` under a progress bar of `steps(model)` steps, write <command>.json
-    and its table (the figures and index.html come from them when the run is committed), report. `cfg.batch_size`
-    becomes --batch-size as planned for sequences of `seq_len(model)` tokens (every position's logits)."""
-    o, m = open_run(command, out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
-    if cfg is not None:
-        from interp.cli.budget import resolve
-
-        cfg.batch_size = resolve(m, batch_size, "ablate", [seq_len(m)], n_seqs, logits="all")
+def _run(load, out, overwrite: bool, command: str, steps, analyse, printer, as_json: bool) -> None:
+    """Load (`load`: the LoadOptions), run `analyse(model, advance)` under a progress bar of `steps(model)` steps,
+    write <command>.json and its table (the figures and index.html come from them when the run is committed),
+    report. The analysis resolves --batch-size (N or auto) itself, for its sequences."""
+    o, m = open_run(command, out, overwrite, load)
     prog, advance = progress_bar(steps(m), command)
     with prog:
         res = analyse(m, advance)
@@ -84,13 +79,13 @@ def detect_induction(model: Optional[str] = MODEL,
     cfg = InductionConfig(repeated=RepeatedConfig(lengths=parse_ints(lengths, "--lengths"), n_seqs=seqs, seed=seed),
                           tokens=tokens, threshold=threshold, min_copying=min_copying, max_heads=max_heads,
                           heads=_heads(heads), mode=mode, draws=draws, seed=seed,
-                          batch_size=1 if batch_size == "auto" else batch_size,
+                          batch_size=batch_size,
                           copy_tokens=copy_tokens, embedding=embedding, n_boot=n_boot, n_perm=n_boot, sweep=sweep,
                           control_exclude=control_exclude)
-    _run(model, device, model_dtype, revision, device_map, max_memory, out, overwrite, "induction",
+    load = load_options(model, device, model_dtype, revision, device_map, max_memory)
+    _run(load, out, overwrite, "induction",
          lambda m: None,  # the total: planned by the analysis (the heads it finds, the distinct random sets)
-         lambda m, advance: detect_induction_heads(m, cfg, progress=advance), _print_induction,
-         as_json, cfg=cfg, batch_size=batch_size, seq_len=lambda m: 2 * max(cfg.repeated.lengths) + 1, n_seqs=seqs)
+         lambda m, advance: detect_induction_heads(m, cfg, progress=advance), _print_induction, as_json)
 
 
 def _print_induction(d: dict, out) -> None:
@@ -175,13 +170,13 @@ def detect_copy_suppression_cmd(model: Optional[str] = MODEL,
 
     docs = tuple(read_documents(texts)) if texts else None
     cfg = CopySuppressionConfig(n_texts=n_texts, seq_len=seq_len, texts=docs, seed=seed,
-                                batch_size=1 if batch_size == "auto" else batch_size,
+                                batch_size=batch_size,
                                 tokens=circuit_tokens, token_source=tokens, k=k, embedding=embedding,
                                 min_attention=min_attention,
                                 heads=_heads(heads), n_candidates=candidates, mode=mode, n_boot=n_boot)
-    _run(model, device, model_dtype, revision, device_map, max_memory, out, overwrite, "copy-suppression", lambda m: 1 + n_texts,
-         lambda m, advance: detect_copy_suppression(m, cfg, progress=advance),
-         _print_copy_suppression, as_json, cfg=cfg, batch_size=batch_size, seq_len=lambda m: seq_len, n_seqs=n_texts)
+    load = load_options(model, device, model_dtype, revision, device_map, max_memory)
+    _run(load, out, overwrite, "copy-suppression", lambda m: 1 + n_texts,
+         lambda m, advance: detect_copy_suppression(m, cfg, progress=advance), _print_copy_suppression, as_json)
 
 
 def _print_copy_suppression(d: dict, out) -> None:

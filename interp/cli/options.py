@@ -137,6 +137,15 @@ def model_label(name: str | None) -> str:
     return name
 
 
+def load_options(model: str | None, device=None, model_dtype=None, revision=None, device_map=None,
+                 max_memory: str | None = None):
+    """The LoadOptions of a command's --model (the default model when not given), --device, --model-dtype,
+    --revision, --device-map and --max-memory (parsed): built once, passed on whole."""
+    from interp.models.load_options import LoadOptions
+
+    return LoadOptions(model_label(model), device, model_dtype, revision, device_map, parse_max_memory(max_memory))
+
+
 def given(ctx, name: str) -> bool:
     """Whether the user passed option `name` (not its default)."""
     src = ctx.get_parameter_source(name) if ctx is not None else None

@@ -26,8 +26,26 @@ def _report(folder: Path, run: dict):
     return write_report(folder, run)  # every figure page and index.html, from the result files alone
 
 
+def _say_library_lines() -> None:
+    """What the library says on the `interp.batch` logger (the batch size it picked) as lines on stderr."""
+    import logging
+
+    from interp.cli.output import console
+
+    class ConsoleLines(logging.Handler):
+        def emit(self, record):
+            console().print(record.getMessage(), highlight=False, soft_wrap=True)
+
+    log = logging.getLogger("interp.batch")
+    if not any(type(h).__name__ == "ConsoleLines" for h in log.handlers):
+        log.addHandler(ConsoleLines())
+        log.setLevel(logging.INFO)
+        log.propagate = False
+
+
 def begin(argv: list[str]) -> RunContext:
     """A fresh RunContext for a CLI call (cli.main): notes on stderr, report pages in every run folder."""
+    _say_library_lines()
     return _runs.begin(argv, say=_note, report=_report)
 
 
@@ -61,18 +79,18 @@ def write_table(res, path: Path, echo_: bool = False) -> None:
         echo(df.to_csv(index=False), nl=False)
 
 
-def open_run(command: str, out, overwrite: bool, name, device, dtype, revision=None, device_map=None,
-             max_memory=None):
+def open_run(command: str, out, overwrite: bool, load, *old_style):
     """(run folder, model) of a command: the folder is made (staged) first, so a bad --out fails before the
-    model loads."""
-    from interp.cli.options import model_label, parse_max_memory
-    from interp.models.loading import load_model
+    model loads. `load`: the command's LoadOptions (`cli.options.load_options`); the loading options one by one
+    (--model, --device, --model-dtype, --revision, --device-map, --max-memory as given) are taken too."""
+    from interp.cli.options import load_options
+    from interp.models.load_options import LoadOptions
 
-    o = out_dir(out, command, model_label(name), overwrite=overwrite)
-    mm = parse_max_memory(max_memory)
-    current().max_memory, current().device_map = mm, device_map  # without a device map: --batch-size's budget only
-    m = load_model(model_label(name), device=device, dtype=dtype, revision=revision, device_map=device_map,
-                   max_memory=mm if device_map is not None else None)
+    if not isinstance(load, LoadOptions):
+        load = load_options(load, *old_style)
+    o = out_dir(out, command, load.model, overwrite=overwrite)
+    current().max_memory, current().device_map = load.max_memory, load.device_map
+    m = load.load()  # its max_memory: the budget of --batch-size (with a device map also the placement limits)
     record_dtype(m)
     return o, m
 

@@ -30,16 +30,10 @@ JSON = typer.Option(False, "--json", help="Print the result JSON on stdout.")
 
 
 def _load(name: Optional[str], device, dtype, revision=None, device_map=None, max_memory=None):
-    from interp.cli.options import model_label, parse_max_memory
-    from interp.cli.runs import current
-    from interp.models.loading import load_model
-
-    mm = parse_max_memory(max_memory)
-    current().max_memory, current().device_map = mm, device_map  # without a device map: --batch-size's budget only
+    from interp.cli.options import load_options
     from interp.cli.runs import record_dtype
 
-    m = load_model(model_label(name), device=device, dtype=dtype, revision=revision,
-                   device_map=device_map, max_memory=mm if device_map is not None else None)
+    m = load_options(name, device, dtype, revision, device_map, max_memory).load()  # max_memory: --batch-size's budget
     record_dtype(m)
     return m
 
@@ -48,7 +42,7 @@ def _cache_batch(m, batch_size, cfg) -> int:
     """--batch-size of a cache run, planned (`auto`) or checked against --max-memory: `max_length` tokens per
     sequence, the sites' activations in the model's and the store's dtype."""
     from interp.models.memory import SITE_KINDS
-    from interp.cli.budget import resolve
+    from interp.models.batching import resolve_batch_size as resolve
 
     kinds = tuple(dict.fromkeys(next((p for p in s.split(".") if p in SITE_KINDS), "resid") for s in cfg.sites))
     return resolve(m, batch_size, "cache", [cfg.max_length], cfg.shard_sequences, sites=kinds, store_dtype=cfg.dtype)

@@ -152,6 +152,10 @@ class Model:
         if not hasattr(hf, "_interp_float32_head"):  # once per transformers model (a second Model reuses it)
             hf._interp_float32_head = install_float32_logits(hf)
         self.dtype_choice = None  # interp.runtime.precision.DtypeChoice when load_model made it
+        # the memory per device ({0: "20GiB", "cpu": "60GiB"}) batch_size="auto" plans within and a given batch
+        # size is checked against (interp.models.batching); None: the free memory of the device, unchecked
+        self.max_memory: dict | None = None
+        self.device_map = None  # the device map it was loaded with (LoadOptions); auto batch sizes refuse one
         params = inspect.signature(hf.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._position_warned: set[int] = set()  # max_positions limits already warned about (check_positions)
