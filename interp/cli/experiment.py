@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from interp.cli.options import given, niah_config
-from interp.cli.output import console, print_line, print_note, progress_bar
+from interp.cli.output import print_line, print_note, progress_bar
 from interp.runtime.jsonio import dumps
 from interp.cli.runs import final_path, write_result
 from interp.analyses.grid import saved_detection

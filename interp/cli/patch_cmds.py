@@ -7,55 +7,20 @@ from typing import Optional
 import typer
 
 from interp.errors import InvalidInputError
-from interp.cli.options import finite, parse_ints
-from interp.cli.output import progress_bar
-from interp.runtime.jsonio import dumps
-from interp.cli.runs import final_path, write_result
 from interp.cli.options import DEVICE, DEVICE_MAP, DTYPE, JSON, MODEL, OUT, OVERWRITE, REVISION
-from interp.cli.runs import open_run
+from interp.cli.options import finite, load_options, parse_ints
+from interp.cli.output import progress_bar
+from interp.cli.patch_pairs import TASKS, _check_corrupt, _ioi_scores, _pairs
+from interp.cli.patch_path import path
+from interp.cli.patch_print import _print
+from interp.runtime.jsonio import dumps
+from interp.cli.runs import open_run, write_result
 
-TASKS = ("niah", "repeated", "ioi")
+__all__ = ["METHOD_OPTIONS", "TASKS", "patch"]
 
 
 PATCH_MAX_MEMORY = typer.Option(None, "--max-memory", help="Memory per device with --device-map, e.g. "
                                 "0=20GiB,1=20GiB,cpu=60GiB: accelerate's placement limits.")
-
-
-def _check_corrupt(corrupt, task) -> None:
-    """--corrupt: ioi only, one of the IOI corruptions (checked before the model loads)."""
-    from interp.patching.pairs import IOI_CORRUPTIONS
-
-    if corrupt is None:
-        return
-    if task != "ioi":
-        raise InvalidInputError("--corrupt applies to --task ioi only")
-    if corrupt not in IOI_CORRUPTIONS:
-        raise InvalidInputError(f"--corrupt {corrupt!r}: valid are {', '.join(IOI_CORRUPTIONS)}")
-
-
-def _pairs(m, pairs_file, task, lengths, depths, seeds, copy_length, seed, n_pairs=32, corrupt=None):
-    from interp.patching import ioi_pairs, niah_pairs, read_pairs, repeated_pairs
-    from interp.cli.options import niah_config
-    from interp.tasks.niah import niah_for_model
-
-    if pairs_file is not None and task is not None:
-        raise InvalidInputError("give --pairs FILE or --task, not both")
-    _check_corrupt(corrupt, task)
-    if pairs_file is not None:
-        return read_pairs(pairs_file, m.tokenizer)
-    task = task or "niah"
-    if task not in TASKS:
-        raise InvalidInputError(f"--task {task!r}: valid built-in tasks are {', '.join(TASKS)} (or --pairs FILE)")
-    if task == "niah":
-        if m.tokenizer is None:
-            raise InvalidInputError("the niah task needs a tokenizer: this model was loaded without one")
-        # the corpus needles on every model: value patching swaps their one-token code word
-        niah = niah_for_model(m, niah_config(lengths, depths, seeds, None, "corpus", "\\n", None), decode=False)
-        return niah_pairs(m.tokenizer, niah, seed)
-    if task == "ioi":
-        # held-out names x held-out templates of interp.corpus.ioi; the corrupt prompt per --corrupt
-        return ioi_pairs(m.tokenizer, n=n_pairs, seed=seed, corrupt=corrupt or "both")
-    return repeated_pairs(m, length=copy_length, n=seeds, seed=seed)
 
 
 # options that mean something to some --method only (a given option another method would ignore is refused)
@@ -165,11 +130,12 @@ def patch(ctx: typer.Context, model: Optional[str] = MODEL,
     if max_memory is not None and device_map is None:
         raise InvalidInputError("patch sizes its passes by tokens (--max-batch), not by a memory budget: "
                                 "--max-memory applies with --device-map only")
+    load = load_options(model, device, model_dtype, revision, device_map, max_memory)
     if method == "path":
-        return _path(model, device, model_dtype, revision, device_map, max_memory, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders,
-                     receivers, via, out, overwrite, as_json, n_pairs, corrupt)
+        return path(load, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders, receivers, via, out,
+                    overwrite, as_json, n_pairs, corrupt)
     _check_corrupt(corrupt, task)
-    o, m = open_run("patch", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
+    o, m = open_run("patch", out, overwrite, load)
     ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed, n_pairs, corrupt)
     from interp.patching.plan import planned_work
 
@@ -202,173 +168,3 @@ def patch(ctx: typer.Context, model: Optional[str] = MODEL,
     ioi = _ioi_scores(m, ps, o, task, n_boot, seed)
     if not (as_json or csv):
         _print(d, o, ioi)
-
-
-def _path(model, device, model_dtype, revision, device_map, max_memory, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, senders, receivers, via,
-          out, overwrite, as_json, n_pairs=32, corrupt=None) -> None:
-    from interp.patching.path import VIAS, run_path_patching
-    from interp.sites import as_heads
-
-    if via not in VIAS:
-        raise InvalidInputError(f"--via {via!r}: valid are {', '.join(VIAS)}")
-    if not senders:
-        raise InvalidInputError("--method path needs --senders, e.g. --senders L0H0")
-    _check_corrupt(corrupt, task)
-    o, m = open_run("patch", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
-    snd, rcv = (as_heads(h or "", n_heads=m.spec.n_heads) for h in (senders, receivers))
-    ps = _pairs(m, pairs, task, lengths, depths, seeds, copy_length, seed, n_pairs, corrupt)
-    res = run_path_patching(m, ps, snd, rcv, via=via, config=cfg)
-    write_result(res, o, "path_patching", as_json)
-    ioi = _ioi_scores(m, ps, o, task, cfg.n_boot, seed)
-    if as_json:
-        return
-    from interp.cli.output import console
-
-    c = console()
-    if ioi is not None:
-        _print_ioi(c, ioi)
-    target = f"via {via} of {', '.join(res.receivers)}" if via != "logits" else "directly on the logits"
-    c.print(f"[bold]{res.model}[/]: path patching ({res.direction}) of {', '.join(res.senders)} {target}; "
-            f"{'normalised ' if res.normalized else ''}{res.metric}, {len(ps)} pairs")
-    import numpy as np
-
-    from interp.patching.result import unstable_gaps
-
-    shaky = unstable_gaps(res.donor_value, res.base_value) if res.normalized else []
-    gap = np.asarray(res.donor_value) - np.asarray(res.base_value)
-    if shaky:
-        c.print(f"  [yellow]warning[/]: {len(shaky)} of {len(ps)} pairs have a donor - base gap below a quarter of the "
-                "mean gap or of the other sign, so per-pair means can be dominated by them: the ratio of means (sum "
-                "of patched - base over sum of gaps) follows each", highlight=False)
-    for name, e in res.effects.items():
-        ci = "" if e["lo"] is None else f" [{e['lo']:+.3f}, {e['hi']:+.3f}]"
-        pp = np.asarray(e["per_pair"], dtype=float)
-        ok = np.isfinite(pp)
-        pool = f"; ratio of means {(pp[ok] * gap[ok]).sum() / gap[ok].sum():+.3f}" if shaky and ok.any() else ""
-        c.print(f"  {name}: {e['mean']:+.3f}{ci}{pool}")
-    if res.receiver_inputs:
-        c.print(f"  patched in pass 2: {'; '.join(res.receiver_inputs)}")
-    c.print(f"written to {final_path(o)}/")
-
-
-def _ioi_scores(m, ps, o, task, n_boot, seed) -> dict | None:
-    """--task ioi: the model's IOI behaviour on the pairs (logit difference IO - S and accuracy, with CIs; the
-    heads' attention from the end to the names), written to ioi.json."""
-    if task != "ioi":
-        return None
-    from interp.patching.ioi import ioi_scores
-    from interp.runtime.jsonio import write_json
-
-    res = ioi_scores(m, ps, n_boot=n_boot, seed=seed)
-    write_json(res, o / "ioi.json")
-    return res
-
-
-def _metric_words(metric: str, ioi: dict | None) -> str:
-    """What the patching metric is, in the pairs' terms: ' = logit(answer) - logit(wrong)', and on IOI pairs which
-    names those are, said apart from the IOI line's logit(IO) - logit(S) when they differ ("both")."""
-    other = {"logprob": " = log p(answer)", "prob": " = p(answer)",
-             "kl": " = KL(donor || run) of the next-token distributions, nats (0 for the donor run)"}
-    if metric != "logit_diff":
-        return other.get(metric, "")
-    if ioi is None:
-        return " = logit(answer) - logit(wrong)"
-    if ioi.get("corrupt_kind") == "both":
-        return (" = logit(IO) - logit(IO'), IO' the corrupt prompt's IO (the pairs' answer and wrong token; not the "
-                "IOI line's logit(IO) - logit(S))")
-    return " = logit(IO) - logit(S), as on the IOI line (the pairs' answer and wrong token)"
-
-
-def _print_ioi(c, r: dict) -> None:
-    def est(e, digits=2):
-        return f"{e['mean']:+.{digits}f} [{e['lo']:+.{digits}f}, {e['hi']:+.{digits}f}]"
-
-    def acc(e):
-        return f"{e['mean']:.2f} [{e['lo']:.2f}, {e['hi']:.2f}]"
-
-    line = (f"IOI ({r['n_pairs']} pairs, corruption {r['corrupt_kind']}): logit(IO) - logit(S) (the clean prompt's "
-            "names) clean "
-            f"{est(r['clean']['logit_diff'])}, accuracy {acc(r['clean']['accuracy'])}; corrupt prompt "
-            f"{est(r['corrupt']['logit_diff'])}, accuracy {acc(r['corrupt']['accuracy'])}")
-    if "corrupt_own" in r:
-        line += (f"; the corrupt prompt's own IO' - S' {est(r['corrupt_own']['logit_diff'])}, accuracy "
-                 f"{acc(r['corrupt_own']['accuracy'])}")
-    c.print(line + " (95% bootstrap CIs over prompts; ioi.json)", highlight=False)
-
-
-def _top_cells(values, full, g: dict, k: int = 5) -> list[str]:
-    """"L3 pos -1: +0.412"-style labels of the k cells of a site grid `g` with the largest |values|, among the
-    cells marked `full` (those every counted pair has)."""
-    import numpy as np
-
-    z = np.where(full, np.abs(values), np.nan).ravel()
-    out = []
-    for i in [i for i in np.argsort(-np.nan_to_num(z, nan=-np.inf))[:k] if not np.isnan(z[i])]:
-        idx = np.unravel_index(i, values.shape)
-        lab = [f"L{j}" if ax == "layer" else f"pos {g['positions'][j]}" if ax == "position"
-               else f"KV{j}" if ax == "kv_head" else f"H{j}" for ax, j in zip(g["axes"], idx)]
-        out.append(f"{' '.join(lab)}: {values[idx]:+.3f}")
-    return out
-
-
-def _print(d: dict, out, ioi: dict | None = None) -> None:
-    import numpy as np
-    from interp.cli.output import console, print_line
-
-    c = console()
-    if ioi is not None:
-        _print_ioi(c, ioi)
-    how = (f"{d['n_rows']} (pair, cell) rows in {d['n_forward']} forward passes" if d["method"] == "exact"
-           else f"{d['method']} estimates (2 forward passes, 1 backward)")
-    if d["method"] == "exact" and d.get("work_bound"):
-        how += (f" (work {d['work_done']:.1f} forward-pass equivalents, {d['work_done'] / d['work_bound']:.2f}x the "
-                f"bound W = {d['work_bound']:.1f})")
-    c.print(f"[bold]{d['model']}[/]: {d['direction']} patching, {d['n_pairs']} pairs, {how}; "
-            f"{'normalised ' if d['normalized'] else ''}{d['metric']}")
-    base, donor = np.mean(d["base_value"]), np.mean(d["donor_value"])
-    runs = ("corrupt", "clean") if d["direction"] == "denoising" else ("clean", "corrupt")  # base, donor
-    c.print(f"unpatched {d['metric']}{_metric_words(d['metric'], ioi)}: base (the {runs[0]} run, patched into) "
-            f"{base:+.3f}, donor (the {runs[1]} "
-            f"run, patched from) {donor:+.3f}"
-            + (f"; {len(d['excluded_pairs'])} pairs with donor ~ base left out" if d["excluded_pairs"] else ""))
-    from interp.patching.result import pooled_effect, site_effect, unstable_gaps
-
-    what = "normalised effect" if d["normalized"] else f"effect (patched - base {d['metric']})"
-    if d["method"] != "exact":  # first-order estimates, never measured: said on every line that shows them
-        what = f"{d['method']} estimate (not measured) of the {what}"
-    shaky = unstable_gaps(d["donor_value"], d["base_value"]) if d["normalized"] else []
-    for name, g in d["sites"].items():
-        effect, n = site_effect(d, name)
-        full = n == n.max()  # cells every counted pair has; the others are left out of the headline
-        cells = _top_cells(effect, full, g)
-        partial = int(((n > 0) & ~full).sum())
-        c.print(f"{name} top cells by |{what}|, mean over {int(n.max())} pairs: " + "; ".join(cells)
-                + (f" ({partial} cells that fewer pairs have are not ranked; the CSV has their n_pairs)"
-                   if partial else ""), highlight=False)
-        if shaky:
-            cells = _top_cells(pooled_effect(d, name), full, g)
-            c.print(f"  [yellow]warning[/]: {len(shaky)} of {d['n_pairs']} pairs have a donor - base gap below a "
-                    "quarter of the mean gap or of the other sign, so the per-pair means above can be dominated by "
-                    f"them; by the ratio of means (sum of patched - base over sum of gaps): " + "; ".join(cells),
-                    highlight=False)
-        v = (d.get("verification") or {}).get(name)
-        if v:
-            def f(x):
-                return "-" if x is None else f"{x:.2f}"
-            miss = v["largest_missed"]
-            slope = v.get("slope")
-            c.print(f"  the estimates vs exact patching on {v['n_checked']} cells ({v['top']} top + {v['sample']} "
-                    f"random): Pearson {f(v['pearson'])}, Spearman {f(v['spearman'])}, top-{v['top']} recall "
-                    f"{f(v['top_k_recall'])}; scale: slope {f(slope)} (estimate ~ {f(slope)} x exact)"
-                    + ("" if not v.get("ratio_top") else
-                       f", the top estimates are {v['ratio_top']['min']:.2f}-{v['ratio_top']['max']:.2f} of the exact "
-                       f"effect (median {v['ratio_top']['median']:.2f})")
-                    + (f"; largest effect in the random sample {miss['exact']:+.3f} at {miss['cell']}" if miss else ""),
-                    highlight=False, soft_wrap=True)
-            if v.get("largest_misses"):
-                c.print("  largest misses (estimate vs exact): " + "; ".join(
-                    f"{m['cell']}: {m['estimate']:+.3f} vs {m['exact']:+.3f}" for m in v["largest_misses"]),
-                    highlight=False, soft_wrap=True)
-            for w in v["sign_warnings"]:
-                print_line(f"the estimate has the wrong sign on a top cell: {w}", "  [yellow]warning[/]", c)
-    c.print(f"written to {final_path(out)}/")
