@@ -50,7 +50,8 @@ def _register_analyses():
     from interp.cli.compare_cmds import compare
     from interp.cli.plan_cmds import plan
     from interp.cli.retrieval_cmds import ablate, detect_retrieval
-    from interp.cli.rope_cmds import rope_profile, rope_remap, rope_zero
+    from interp.cli.remap_cmds import rope_remap
+    from interp.cli.rope_cmds import rope_profile, rope_zero
     from interp.cli.store_cmds import cache, probe
     from interp.cli.streaming_cmds import detect_streaming
 

@@ -1,4 +1,4 @@
-"""`interp rope-zero` and `interp rope-profile`."""
+"""`interp rope-zero` and `interp rope-profile` (`interp rope-remap`: remap_cmds.py)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,10 @@ from typing import Optional
 
 import typer
 
-from interp.cli.budget import experiment_batch
 from interp.cli.experiment import experiment_grid, prepare_heads, prompt_task, saved_detection, write_task_prompts
 from interp.cli.options import (BATCH, CSV, DEPTHS, DEVICE, DEVICE_MAP, DTYPE, HAYSTACK, HEADS_HELP, JSON, LENGTHS,
-                                MAX_MEMORY, MAX_NEW, METRIC, MODEL, NEEDLES, OUT, OVERWRITE, PROMPTS, RANDOM_POOL, REVISION,
-                                SEEDS,
-                                SEPARATOR, THRESHOLD, check_random_pool, niah_config, parse_ints)
+                                MAX_MEMORY, MAX_NEW, METRIC, MODEL, NEEDLES, OUT, OVERWRITE, PROMPTS, REVISION, SEEDS,
+                                SEPARATOR, THRESHOLD, load_options, niah_config, parse_ints)
 from interp.cli.output import console, progress_bar
 from interp.cli.runs import final_path, open_run, write_result
 from interp.errors import InvalidInputError
@@ -63,22 +61,19 @@ def rope_zero(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEA
         parse_ints(band, "--band")
         raise InvalidInputError("explicit pair bands are available from the library (interp.models.rope.resolve_dims); "
                                 "the CLI dose-response takes --band lowest|highest|random")
+    load = load_options(model, device, model_dtype, revision, device_map, max_memory)
     saved = saved_detection(heads, from_dir)
     niah = experiment_grid(ctx, saved, prompts, lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
-    o, m = open_run("rope-zero", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
+    o, m = open_run("rope-zero", out, overwrite, load)
     rope = require_rope(m.spec)
     for d in doses:  # every dose is checked before any detection or decoding
         n_pairs_of(d, unit, rope)
     task = prompt_task(m, prompts, metric)
-    detecting = heads == "retrieval" and saved is None
-    # the NIAH grid: the task without --prompts, and the prompts of a retrieval detection run now
-    niah = niah_for_model(m, niah) if task is None or detecting else None
-    batch_size = experiment_batch(m, batch_size, niah, task, detecting=detecting)
-    exp = prepare_heads(m, heads, niah, task, saved, threshold, batch_size, o, seed)
+    exp = prepare_heads(m, heads, niah, task, saved, threshold, batch_size, o, seed)  # --batch-size N or auto
     prog, advance = progress_bar(None, "rope-zero conditions")  # the total: the conditions the analysis plans
     with prog:
         res = run(m, experiment=exp, band=band, doses=doses, unit=unit, side=side, random_draws=random_draws,
-                  head_draws=head_draws, seed=seed, batch_size=batch_size, progress=advance, random_dims=random_dims,
+                  head_draws=head_draws, seed=seed, batch_size=exp.batch_size, progress=advance, random_dims=random_dims,
                   mode=mode, phase_distance=phase_distance)
     d = write_result(res, o, "rope_zero", as_json, csv)
     write_task_prompts(task, exp.samples, m, o / "prompts.jsonl")
@@ -107,12 +102,13 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
         raise InvalidInputError(f"--statistic {statistic!r}: valid are {', '.join(STATISTICS)}")
     saved = saved_detection(heads, from_dir)
     niah = niah_config(lengths, depths, seeds, haystack, None, "\\n", None)
-    o, m = open_run("rope-profile", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
+    o, m = open_run("rope-profile", out, overwrite, load_options(model, device, model_dtype, revision, device_map,
+                                                                 max_memory))
     require_rope(m.spec)
     detecting = heads == "retrieval" and saved is None
     if detecting:  # detected now, on NIAH: the needles for this model
         niah = niah_for_model(m, niah)
-    from interp.cli.budget import niah_batch, resolve
+    from interp.models.batching import niah_batch, resolve_batch_size as resolve
 
     batch_size = min(niah_batch(m, batch_size, niah, "detect") if detecting else 1 << 30,
                      resolve(m, batch_size, "ablate", [n_tokens], n_texts, logits="all"))
@@ -152,49 +148,3 @@ def rope_profile(model: Optional[str] = MODEL, heads: str = HEADS, from_dir: Opt
     if d["pair_freqs_by_theta"]:
         print_thetas(c, d["retrieval_heads_by_theta"], "retrieval heads")
     c.print(f"written to {final_path(o)}/")
-
-
-def rope_remap(ctx: typer.Context, model: Optional[str] = MODEL, heads: str = HEADS,
-               scale: float = typer.Option(1.0, "--scale", min=0.0, help="RoPE positions of the heads' queries and "
-                                           "keys times S: every query-key distance scaled by S (S < 1: position "
-                                           "interpolation)."),
-               offset: float = typer.Option(0.0, "--offset", help="The heads' query positions moved by D: every "
-                                            "distance seen D larger."),
-               bands: Optional[str] = typer.Option(None, "--bands", help="Move only these rotary pairs: lowest:N | "
-                                                   "highest:N (default: every pair)."),
-               draws: int = typer.Option(3, "--draws", min=0, help="Matched random-head draws."),
-               random_pool: str = RANDOM_POOL, from_dir: Optional[str] = FROM, seed: int = typer.Option(0, "--seed"),
-               lengths: str = LENGTHS, depths: str = DEPTHS, seeds: int = SEEDS, haystack: Optional[str] = HAYSTACK,
-               needles: Optional[str] = NEEDLES, separator: str = SEPARATOR, max_new_tokens: Optional[int] = MAX_NEW,
-               threshold: float = THRESHOLD, prompts: Optional[str] = PROMPTS, metric: str = METRIC,
-               batch_size: int = BATCH, device: Optional[str] = DEVICE, revision: Optional[str] = REVISION,
-               device_map: Optional[str] = DEVICE_MAP, max_memory: Optional[str] = MAX_MEMORY,
-               model_dtype: Optional[str] = DTYPE, out: Optional[str] = OUT, overwrite: bool = OVERWRITE,
-               as_json: bool = JSON, csv: bool = CSV):
-    """Heads see RoPE at remapped positions (distances scaled by --scale, queries moved by --offset): NIAH recall
-    (or your --prompts metric) against the baseline and matched random heads remapped alike."""
-    from interp.analyses.pipeline import ablate as run
-    from interp.cli.retrieval_cmds import _print_ablation
-    from interp.hooks.window import HeadMasking
-    from interp.models.rope import require_rope
-
-    HeadMasking("remap", scale=scale, offset=offset, bands=bands)  # bad values fail before the model loads
-    check_random_pool(random_pool)
-    saved = saved_detection(heads, from_dir)
-    niah = experiment_grid(ctx, saved, prompts, lengths, depths, seeds, haystack, needles, separator, max_new_tokens)
-    o, m = open_run("rope-remap", out, overwrite, model, device, model_dtype, revision, device_map, max_memory)
-    require_rope(m.spec)
-    task = prompt_task(m, prompts, metric)
-    detecting = heads == "retrieval" and saved is None
-    niah = niah_for_model(m, niah) if task is None or detecting else None
-    batch_size = experiment_batch(m, batch_size, niah, task, detecting=detecting)
-    exp = prepare_heads(m, heads, niah, task, saved, threshold, batch_size, o, seed)
-    prog, advance = progress_bar(None, "rope-remap conditions")
-    with prog:
-        res = run(m, experiment=exp, mode="remap", scale=scale, offset=offset, bands=bands, draws=draws, random_pool=random_pool,
-                  seed=seed,
-                  batch_size=batch_size, progress=advance)
-    write_result(res, o, "ablation", as_json, csv)
-    write_task_prompts(task, exp.samples, m, o / "prompts.jsonl")
-    if not (as_json or csv):
-        _print_ablation(res, o)

@@ -112,14 +112,14 @@ def test_tables_keep_whole_names_off_a_terminal(capsys):
 
 def test_no_cli_module_is_over_200_lines(tmp_path):
     """The CLI parses, calls the library and prints: each module of interp/cli/ stays at most 200 lines (a command
-    group that grows splits into its commands, its inputs and its printing). rope_cmds.py is being converted."""
+    group that grows splits into its commands, its inputs and its printing)."""
     from pathlib import Path
 
     import interp.cli
 
     def long(folder):
         return sorted(f"{p.name}: {n}" for p in Path(folder).glob("*.py")
-                      if (n := len(p.read_text(encoding="utf-8").splitlines())) > 200 and p.name != "rope_cmds.py")
+                      if (n := len(p.read_text(encoding="utf-8").splitlines())) > 200)
 
     assert not long(Path(interp.cli.__file__).parent), long(Path(interp.cli.__file__).parent)
     (tmp_path / "big_cmds.py").write_text("x = 1\n" * 201)  # the check can fail
