@@ -163,7 +163,6 @@ results-real-%: setup models
 # bfloat16 (docs/precision.md). About 25 CPU-minutes per mode on SmolLM2, 40 on Gemma-3.
 RZ_BAND_smollm2-135m := 4
 RZ_BAND_gemma3-270m := 16
-RZ_MODES := zero phase content magnitude
 results-real-rope-modes: $(addprefix results-real-rope-modes-,$(REAL_MODELS))
 results-real-rope-modes-%: setup models
 	for mode in $(RZ_MODES); do $(RI) rope-zero --model $* --heads retrieval --from $(RR)/retrieval $(REAL_NIAH) \
@@ -279,6 +278,7 @@ results-theta: setup
 # (every query-key distance times S) at 512 and 1024 tokens, against 3 random head sets remapped alike. The
 # ladder of S puts S x 1024 at 1/4 .. 4 times the distance where the build's slowest rotary pair turns 90
 # degrees: compressing (S < 1) is the theta-1e3 rescue, stretching (S > 1) the reverse. ~35 min on one thread.
+RZ_MODES := zero phase content magnitude
 THETA_BUILDS := tiny-llama $(addprefix data/organisms/theta/tiny-llama-theta,1000-seed2 1000-seed3 1000-seed4 \
 	1000-seed5 10000-seed3 10000-seed4 500000-seed2 500000-seed3 500000-seed5)
 results-rope-remap: setup
@@ -287,6 +287,11 @@ results-rope-remap: setup
 		case $$m in *theta1000-*) S="0.25 0.5 2 4";; *theta500000-*) S="64 128 256 512 1024";; *) S="2 4 8 16 32";; esac; \
 		for s in $$S; do $(RI) rope-remap --model $$m --heads retrieval --from $$o/retrieval --scale $$s \
 			--lengths 512,1024 --n-seeds 8 --draws 3 --random-pool any --overwrite --out $$o/scale-$$s; done; done
+	for mode in $(RZ_MODES); do $(RI) rope-zero --model tiny-llama --heads retrieval \
+		--from runs/results/rope-remap/tiny-llama/retrieval --lengths 512,1024 --n-seeds 8 --dims 0,8 --mode $$mode \
+		--overwrite --out runs/results/rope-remap/tiny-llama/rope-mode-$$mode || exit 1; done
+	$(RI) rope-profile --model tiny-llama --heads retrieval --from runs/results/rope-remap/tiny-llama/retrieval \
+		--decompose --lengths 512,1024 --n-seeds 8 --overwrite --out runs/results/rope-remap/tiny-llama/rope-decompose
 	$(PY) bench/rope_remap_table.py runs/results/rope-remap
 
 # IOI path patching on tiny-qwen2, the organism that solves IOI (docs/results.md): every head's direct effect
