@@ -8,9 +8,9 @@ on those heads and on 3 random head sets, at 512 and 1024 tokens). The script pr
 1. the rescue: recall at 1024 tokens of every theta-1e3 build with its retrieval heads' distances compressed
    (S < 1), against the random sets compressed alike, beside the theta-1e4 builds' recall at 1024;
 2. the stretch: recall by S and length for every build that retrieves at 512 tokens (recall >= 0.9);
-3. recall against the stretched needle distance in units of the build's 90-degree distance d90 (the distance at
-   which the slowest rotary pair has turned 90 degrees: (pi/2) / theta^(-(d-2)/d), d the rotary dims), pooled over
-   the retrieving builds: per prompt x = S x (question position - needle start) / d90.
+3. recall against the stretched needle distance S x (question position - needle start) in tokens, pooled over the
+   retrieving builds of each theta, beside the same in units of d90, the distance at which the build's slowest
+   rotary pair has turned 90 degrees: (pi/2) / theta^(-(d-2)/d), d the rotary dims.
 
 Confidence intervals: bootstrap over prompts (interp.stats.mean_ci); target vs random: paired difference of a
 prompt's target recall and its mean over the random sets (interp.stats.paired_diff, sign-flip p).
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-BINS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, math.inf)
+TOKEN_BINS = (0.0, 512, 1024, 2048, 4096, 8192, 32768, 131072, math.inf)
 
 
 def _json(path: Path) -> dict:
@@ -126,23 +126,28 @@ def main() -> None:
                 print(f"| {_label(b)} | {b['d90']:,.0f} | {s:g} | {length} | {_ci(a['baseline'])} | {_ci(a['target'])} | "
                       f"{_ci(a['random'])} | {_diff(a['target'], a['random'])} |")
 
-    print("\n### Recall against the stretched distance x = S x distance / d90 (retrieving builds pooled)\n")
-    print("| x | prompts | heads remapped | random heads remapped | target vs random |")
-    print("|---|---|---|---|---|")
-    xs, tg, rd = [], [], []
-    for b in retrieving:
-        for s, run in b["runs"].items():
-            dist = np.array([run["prompts"][i][1] for i in run["ids"]], float)
-            xs.append(s * dist / b["d90"])
-            tg.append(run["target"])
-            rd.append(run["random"])
-    x, t, r = np.concatenate(xs), np.concatenate(tg), np.concatenate(rd)
-    for lo, hi in zip(BINS[:-1], BINS[1:]):
-        m = (x >= lo) & (x < hi)
-        if m.sum() < 2:
-            continue
-        span = f"{lo:g}-{hi:g}" if math.isfinite(hi) else f">= {lo:g}"
-        print(f"| {span} | {int(m.sum())} | {_ci(t[m])} | {_ci(r[m])} | {_diff(t[m], r[m])} |")
+    print("\n### Recall against the stretched needle distance S x distance (retrieving builds pooled per theta)\n")
+    print("| rope_theta | d90 (tokens) | S x distance (tokens) | in d90 | prompts | heads remapped | random heads remapped "
+          "| target vs random |")
+    print("|---|---|---|---|---|---|---|---|")
+    for theta in sorted({b["theta"] for b in retrieving}):
+        group = [b for b in retrieving if b["theta"] == theta]
+        d90 = group[0]["d90"]
+        xs, tg, rd = [], [], []
+        for b in group:
+            for s, run in b["runs"].items():
+                xs.append(s * np.array([run["prompts"][i][1] for i in run["ids"]], float))
+                tg.append(run["target"])
+                rd.append(run["random"])
+        x, t, r = np.concatenate(xs), np.concatenate(tg), np.concatenate(rd)
+        for lo, hi in zip(TOKEN_BINS[:-1], TOKEN_BINS[1:]):
+            m = (x >= lo) & (x < hi)
+            if m.sum() < 2:
+                continue
+            span = f"{lo:,.0f}-{hi:,.0f}" if math.isfinite(hi) else f">= {lo:,.0f}"
+            rel = f"{lo / d90:.2g}-{hi / d90:.2g}" if math.isfinite(hi) else f">= {lo / d90:.2g}"
+            print(f"| {theta:g} | {d90:,.0f} | {span} | {rel} | {int(m.sum())} | {_ci(t[m])} | {_ci(r[m])} | "
+                  f"{_diff(t[m], r[m])} |")
 
 
 if __name__ == "__main__":

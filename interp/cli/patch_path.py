@@ -38,19 +38,17 @@ def path(load, pairs, task, lengths, depths, seeds, copy_length, seed, cfg, send
             f"{'normalised ' if res.normalized else ''}{res.metric}, {len(ps)} pairs")
     import numpy as np
 
-    from interp.patching.result import unstable_gaps
+    from interp.patching.result import ratio_of_means, unstable_gaps
 
     shaky = unstable_gaps(res.donor_value, res.base_value) if res.normalized else []
-    gap = np.asarray(res.donor_value) - np.asarray(res.base_value)
     if shaky:
         c.print(f"  [yellow]warning[/]: {len(shaky)} of {len(ps)} pairs have a donor - base gap below a quarter of the "
                 "mean gap or of the other sign, so per-pair means can be dominated by them: the ratio of means (sum "
                 "of patched - base over sum of gaps) follows each", highlight=False)
     for name, e in res.effects.items():
         ci = "" if e["lo"] is None else f" [{e['lo']:+.3f}, {e['hi']:+.3f}]"
-        pp = np.asarray(e["per_pair"], dtype=float)
-        ok = np.isfinite(pp)
-        pool = f"; ratio of means {(pp[ok] * gap[ok]).sum() / gap[ok].sum():+.3f}" if shaky and ok.any() else ""
+        pooled = ratio_of_means(e["per_pair"], res.donor_value, res.base_value) if shaky else np.nan
+        pool = f"; ratio of means {float(pooled):+.3f}" if np.isfinite(pooled) else ""
         c.print(f"  {name}: {e['mean']:+.3f}{ci}{pool}")
     if res.receiver_inputs:
         c.print(f"  patched in pass 2: {'; '.join(res.receiver_inputs)}")

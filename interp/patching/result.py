@@ -111,8 +111,14 @@ def pooled_effect(result: dict, site: str) -> np.ndarray:
     the other order) cannot dominate it. NaN where no pair has the cell."""
     if not result["normalized"]:
         raise InvalidInputError("the ratio of means is for normalised results (this one is --raw)")
-    per = np.array(result["sites"][site]["per_pair"], dtype=float)  # (patched - base) / gap, NaN: no cell
-    gap = (np.asarray(result["donor_value"], dtype=float) - np.asarray(result["base_value"], dtype=float))
+    return ratio_of_means(result["sites"][site]["per_pair"], result["donor_value"], result["base_value"])
+
+
+def ratio_of_means(per_pair, donor_value, base_value) -> np.ndarray:
+    """sum over pairs of (patched - base) / sum of (donor - base), from normalised per-pair effects
+    [pairs, ...cells] ((patched - base) / gap; NaN where a pair lacks the cell): per cell, NaN where no pair has it."""
+    per = np.asarray(per_pair, dtype=float)
+    gap = (np.asarray(donor_value, dtype=float) - np.asarray(base_value, dtype=float))
     gap = gap.reshape((-1,) + (1,) * (per.ndim - 1))
     has = np.isfinite(per)
     with np.errstate(invalid="ignore", divide="ignore"):

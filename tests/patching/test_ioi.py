@@ -270,3 +270,18 @@ def test_pooled_effect_is_the_ratio_of_means_and_unstable_gaps_flag_small_or_fli
     assert unstable_gaps([1.0, 1.1, 0.9], [0.0, 0.0, 0.0]) == []
     with pytest.raises(InvalidInputError, match="normalised"):
         pooled_effect({**d, "normalized": False}, "head_out")
+
+
+def test_ratio_of_means_by_hand():
+    """The ratio of means (path patching's printout and pooled_effect share it): sum of (patched - base) over sum
+    of gaps, over the pairs that have the cell, per cell."""
+    import numpy as np
+
+    from interp.patching.result import ratio_of_means
+
+    per = np.array([[0.5, np.nan], [np.nan, 1.0], [2.0, 3.0]])  # normalised: (patched - base) / gap
+    donor, base = np.array([2.0, 1.0, 0.5]), np.array([0.0, 0.0, 0.0])
+    want0 = (0.5 * 2.0 + 2.0 * 0.5) / (2.0 + 0.5)
+    want1 = (1.0 * 1.0 + 3.0 * 0.5) / (1.0 + 0.5)
+    assert np.allclose(ratio_of_means(per, donor, base), [want0, want1])
+    assert np.isnan(ratio_of_means(np.array([np.nan, np.nan]), donor[:2], base[:2]))
