@@ -40,30 +40,14 @@ _EXPORTS = {
     "NiahConfig": "tasks.niah",
     "build_niah": "tasks.niah",
     "RepeatedConfig": "tasks.repeated",
-    # analyses: one entry function and its config each
-    "RetrievalConfig": "analyses.retrieval",
-    "detect_retrieval_heads": "analyses.retrieval",
+    # analyses: one entry function and its config each, from their records (added below), and the helpers
     "prepare_experiment": "analyses.pipeline",
     "HeadExperiment": "analyses.pipeline",
-    "AblationConfig": "analyses.ablation",
-    "run_ablation": "analyses.ablation",
-    "RopeZeroConfig": "analyses.rope_zero",
-    "run_rope_zero": "analyses.rope_zero",
-    "RopeProfileConfig": "analyses.rope_profile",
-    "run_rope_profile": "analyses.rope_profile",
     "logit_by_pair": "analyses.rope_decompose",
     "PairLogits": "analyses.rope_decompose",
-    "InductionConfig": "analyses.induction",
-    "detect_induction_heads": "analyses.induction",
-    "CopySuppressionConfig": "analyses.copy_suppression",
-    "detect_copy_suppression": "analyses.copy_suppression",
-    "StreamingConfig": "analyses.streaming",
-    "run_streaming_scan": "analyses.streaming",
     "logit_lens": "analyses.lens",
     "direct_logit_attribution": "analyses.lens",
     # activation patching
-    "PatchingConfig": "patching",
-    "run_patching": "patching",
     "run_attribution": "patching",
     "niah_pairs": "patching",
     "ioi_pairs": "patching",
@@ -71,18 +55,13 @@ _EXPORTS = {
     "repeated_pairs": "patching",
     "read_pairs": "patching",
     # activation store and probes
-    "CacheConfig": "store",
     "CorpusData": "store",
-    "cache_activations": "store",
     "open_store": "store",
-    "ProbeConfig": "probes",
-    "run_probes": "probes",
     # organisms that differ only in rope_theta (finding ii as a controlled experiment)
     "Variant": "organisms.sweep",
     "variant_grid": "organisms.sweep",
     "locate_build": "organisms.sweep",
     "measure_build": "organisms.theta",
-    "analyse_sweep": "organisms.theta",
     # probe figures (every figure: interp.figures.experiments, .heads, .patching, .probes)
     "probes_by_layer": "figures.probes",
     "angles_by_layer": "figures.probes",
@@ -93,7 +72,6 @@ _EXPORTS = {
 _SUBMODULES = ("errors", "sites", "runtime", "models", "hooks", "corpus", "tasks", "stats", "experiments",
                "analyses", "patching", "store", "probes", "interop", "organisms", "figures", "cli")
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
 
 
 def __getattr__(name: str):
@@ -121,6 +99,20 @@ def submodule_getattr(package: str, path):
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__
+
+
+def _with_analyses() -> None:
+    """Every analysis's config class and entry function from its record (interp.runtime.records), and
+    `load_result`, which reads a run folder back into its result object."""
+    import importlib
+
+    records = importlib.import_module(".runtime.records", __name__)  # plain data: no torch, no model code
+    _EXPORTS.update(records.exports())
+    _EXPORTS["load_result"] = "runtime.records"
+
+
+_with_analyses()
+__all__ = sorted(_EXPORTS) + ["__version__"]
 
 
 def __dir__():

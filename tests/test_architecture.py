@@ -17,8 +17,8 @@ BENCH = ROOT.parent / "bench"  # scripts importing their neighbours by bare name
 # bottom to top; a module may import its own package and the packages of lower floors only
 FLOORS = [
     ["errors"],
-    ["sites", "runtime", "corpus", "figures"],
-    ["hooks", "stats"],
+    ["sites", "runtime", "corpus"],
+    ["hooks", "stats", "figures"],
     ["models"],
     ["tasks"],
     ["experiments", "store", "interop"],

@@ -95,6 +95,14 @@ class AblationResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> AblationResult:
+        """A AblationResult from its dict (`to_dict()`, the result file), nested records rebuilt: the exact inverse of
+        `to_dict`. InvalidInputError naming the field when one is missing or of the wrong shape."""
+        from interp.runtime.records import from_dict
+
+        return from_dict(cls, d)
+
     def condition(self, name: str) -> ConditionStats:
         for c in self.conditions + ([self.random_pooled] if self.random_pooled else []):
             if c.name == name:

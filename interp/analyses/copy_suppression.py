@@ -115,6 +115,14 @@ class CopySuppressionResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> CopySuppressionResult:
+        """A CopySuppressionResult from its dict (`to_dict()`, the result file), nested records rebuilt: the exact inverse of
+        `to_dict`. InvalidInputError naming the field when one is missing or of the wrong shape."""
+        from interp.runtime.records import from_dict
+
+        return from_dict(cls, d)
+
 
 class _TextRecorder(Intervention):
     """Per layer: top non-sink key and its weight per head; attention on earlier occurrences of the

@@ -117,6 +117,14 @@ class HeadCurveResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> HeadCurveResult:
+        """A HeadCurveResult from its dict (`to_dict()`, the result file), nested records rebuilt: the exact inverse of
+        `to_dict`. InvalidInputError naming the field when one is missing or of the wrong shape."""
+        from interp.runtime.records import from_dict
+
+        return from_dict(cls, d)
+
     def to_frame(self):
         """One row per (k, condition): the metric with its CI and the paired difference vs baseline (p, the
         smallest p its design allows, the Holm-adjusted p); then per k the top k vs the pooled random sets

@@ -220,6 +220,14 @@ class InductionResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> InductionResult:
+        """A InductionResult from its dict (`to_dict()`, the result file), nested records rebuilt: the exact inverse of
+        `to_dict`. InvalidInputError naming the field when one is missing or of the wrong shape."""
+        from interp.runtime.records import from_dict
+
+        return from_dict(cls, d)
+
 
 def _resolved_batch(model, config: InductionConfig) -> InductionConfig:
     """`config` with its batch size resolved (`batch_size="auto"`, or checked against `model.max_memory`): repeated

@@ -194,7 +194,11 @@ class RetrievalResult:
 
     @classmethod
     def from_dict(cls, d: dict) -> RetrievalResult:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+        """A RetrievalResult from its dict (`to_dict()`, retrieval.json): the exact inverse of `to_dict`; keys that are
+        not fields are ignored. InvalidInputError naming the field when one without a default is missing."""
+        from interp.runtime.records import from_dict
+
+        return from_dict(cls, d)
 
 
 def detect_retrieval_heads(model, config: RetrievalConfig | None = None, samples: Sequence[NiahSample] | None = None,

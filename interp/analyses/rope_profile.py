@@ -94,6 +94,14 @@ class RopeProfileResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> RopeProfileResult:
+        """A RopeProfileResult from its dict (`to_dict()`, the result file), nested records rebuilt: the exact inverse of
+        `to_dict`. InvalidInputError naming the field when one is missing or of the wrong shape."""
+        from interp.runtime.records import from_dict
+
+        return from_dict(cls, d)
+
 
 def _texts(model, config) -> list[list[int]]:
     from interp.tasks.text import corpus_passages

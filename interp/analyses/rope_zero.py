@@ -150,6 +150,14 @@ class RopeZeroResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> RopeZeroResult:
+        """A RopeZeroResult from its dict (`to_dict()`, the result file), nested records rebuilt: the exact inverse of
+        `to_dict`. InvalidInputError naming the field when one is missing or of the wrong shape."""
+        from interp.runtime.records import from_dict
+
+        return from_dict(cls, d)
+
     def to_frame(self):
         """One row per (dose, condition): the metric with CI and the paired diff vs baseline (p, the smallest p its
         design allows, the Holm-adjusted p); then per dose the target vs the pooled random dims and vs the pooled

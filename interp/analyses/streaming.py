@@ -95,6 +95,14 @@ class StreamingResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> StreamingResult:
+        """A StreamingResult from its dict (`to_dict()`, the result file), nested records rebuilt: the exact inverse of
+        `to_dict`. InvalidInputError naming the field when one is missing or of the wrong shape."""
+        from interp.runtime.records import from_dict
+
+        return from_dict(cls, d)
+
     def to_frame(self):
         """One row per query head: necessity, log-prob and loss changes with CIs and p, label."""
         import pandas as pd

@@ -10,12 +10,13 @@ import os
 import sys
 
 from interp.cli.app import app
+from interp.runtime.records import model_commands
 
 
 # Old option names, kept for one release: rewritten to the new name (with a deprecation warning) before
 # click parses the command line, so they stay out of every --help. Keys: the command ("detect induction").
-ANALYSES = ("detect retrieval", "detect induction", "detect copy-suppression", "detect streaming", "ablate", "patch", "rope-zero",
-            "rope-profile", "rope-remap")
+# ANALYSES: the commands of the analyses that run a model over prompts, whose --dtype was the model's
+ANALYSES = model_commands()
 RENAMED = {
     **{c: {"--dtype": "--model-dtype"} for c in ANALYSES},
     **{c: {"--dtype": "--model-dtype", "--seeds": "--n-seeds"} for c in

@@ -44,34 +44,24 @@ app.command()(info)
 
 
 def _register_analyses():
-    from interp.cli.head_cmds import detect_copy_suppression_cmd, detect_induction
-    from interp.cli.patch_cmds import patch
-    from interp.cli.atlas_cmds import atlas
+    """Every analysis's commands, from its record (interp.runtime.records: `detect X` under `interp detect`), then
+    the command groups and the tools that run no analysis (plan, compare)."""
     from interp.cli.compare_cmds import compare
     from interp.cli.plan_cmds import plan
-    from interp.cli.retrieval_cmds import ablate, detect_retrieval
-    from interp.cli.remap_cmds import rope_remap
-    from interp.cli.rope_cmds import rope_profile, rope_zero
-    from interp.cli.store_cmds import cache, probe
-    from interp.cli.streaming_cmds import detect_streaming
+    from interp.runtime.records import commands, resolve
 
-    detect_app.command("retrieval")(detect_retrieval)
-    detect_app.command("induction")(detect_induction)
-    detect_app.command("copy-suppression")(detect_copy_suppression_cmd)
-    detect_app.command("streaming")(detect_streaming)
+    analyses = commands()
+    for name, path in analyses.items():
+        if name.startswith("detect "):
+            detect_app.command(name.removeprefix("detect "))(resolve(path))
     app.add_typer(detect_app, name="detect")
     app.add_typer(models_app, name="models")
     app.add_typer(texts_app, name="texts")
-    app.command("ablate")(ablate)
-    app.command("patch")(patch)
-    app.command("rope-zero")(rope_zero)
-    app.command("rope-profile")(rope_profile)
-    app.command("rope-remap")(rope_remap)
-    app.command("cache")(cache)
-    app.command("probe")(probe)
+    for name, path in analyses.items():
+        if not name.startswith("detect "):
+            app.command(name)(resolve(path))
     app.command("plan")(plan)
     app.command("compare")(compare)
-    app.command("atlas")(atlas)
 
 
 _register_analyses()

@@ -266,3 +266,38 @@ def attention_rows_view(result: dict):
 
 
 ROW_FLOOR = 1e-4  # attention weights below it are drawn at it (log axis)
+
+
+# ------------------------------------------------------------------------ each result kind's figures (its record)
+
+
+def retrieval_figures(d: dict) -> dict:
+    """A retrieval result's figures: {figure stem: figure} (None: a figure this result has not)."""
+    return {"retrieval_heatmap": retrieval_heatmap(d), "streaming_heatmap": streaming_heatmap(d),
+            "threshold_sweep": threshold_sweep(d), "niah_recall": niah_recall_heatmap(d),
+            "attention_rows": attention_rows_view(d)}
+
+
+def ablation_figures(d: dict) -> dict:
+    """An ablation result's figures."""
+    return {"metric_by_condition": metric_by_condition(d)}
+
+
+def head_curve_figures(d: dict) -> dict:
+    """A head curve's figures: the curve and its KV frontier."""
+    return {"head_curve": head_curve(d), "kv_frontier": kv_frontier(d)}
+
+
+def streaming_figures(d: dict) -> dict:
+    """A streaming scan's figures."""
+    return {"necessity_heatmap": necessity_heatmap(d)}
+
+
+def rope_zero_figures(d: dict) -> dict:
+    """A rope-zero result's figures."""
+    return {"rope_dose_response": rope_dose_response(d)}
+
+
+def rope_profile_figures(d: dict) -> dict:
+    """A rope-profile result's figures."""
+    return {"rope_usage": rope_usage_heatmap(d)}

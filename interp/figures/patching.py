@@ -155,3 +155,13 @@ def path_effects(result: dict):
     fig.update_layout(title=f"Path patching of {who} {target}, {result['model']} (95% CI)",
                       yaxis_title=metric.replace("_", " "), xaxis_title="effect")
     return fig
+
+
+def patching_figures(d: dict) -> dict:
+    """A patching result's figures: one heatmap per grid site, and the AtP-vs-exact scatter where verified."""
+    return {**patching_heatmaps(d), **attribution_scatter(d)}
+
+
+def path_patching_figures(d: dict) -> dict:
+    """A path-patching result's figures."""
+    return {"path_patching_effects": path_effects(d)}

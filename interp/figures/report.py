@@ -13,104 +13,38 @@ import json
 from pathlib import Path
 from typing import Callable
 
+from interp.runtime import records
+
 PLOTLY_JS = "plotly.min.js"
 INDEX = "index.html"
 TABLE_ROWS = 40  # rows of the headline table on the page (the CSV holds them all)
 
 
 def _figures_of(stem: str) -> Callable[[dict], dict] | None:
-    """{result file stem: result dict -> {figure stem: plotly figure}}: the one place that says which
-    figures a result has."""
-    from interp.figures import experiments as plotting
-    from interp.figures.atlas import atlas_figures
-    from interp.figures.heads import copy_suppression_figures, induction_figures
-    from interp.figures.patching import attribution_scatter, path_effects, patching_heatmaps
-    from interp.figures import probes as probe_figures
-    from interp.figures import sweeps
+    """result dict -> {figure stem: plotly figure} of result kind `stem`: its record's `figures`
+    (interp.runtime.records, the one place that says which figures a result has)."""
+    from interp.runtime.records import BY_NAME, resolve
 
-    return {
-        "retrieval": lambda d: {"retrieval_heatmap": plotting.retrieval_heatmap(d),
-                                "streaming_heatmap": plotting.streaming_heatmap(d),
-                                "threshold_sweep": plotting.threshold_sweep(d),
-                                "niah_recall": plotting.niah_recall_heatmap(d),
-                                "attention_rows": plotting.attention_rows_view(d)},
-        "ablation": lambda d: {"metric_by_condition": plotting.metric_by_condition(d)},
-        "head_curve": lambda d: {"head_curve": plotting.head_curve(d), "kv_frontier": plotting.kv_frontier(d)},
-        "streaming": lambda d: {"necessity_heatmap": plotting.necessity_heatmap(d)},
-        "rope_zero": lambda d: {"rope_dose_response": plotting.rope_dose_response(d)},
-        "rope_profile": lambda d: {"rope_usage": plotting.rope_usage_heatmap(d)},
-        "induction": induction_figures,
-        "copy_suppression": copy_suppression_figures,
-        "patching": lambda d: {**patching_heatmaps(d), **attribution_scatter(d)},
-        "path_patching": lambda d: {"path_patching_effects": path_effects(d)},
-        "probes": probe_figures.figures,
-        "atlas": atlas_figures,
-        "theta": lambda d: {"theta_sweep": sweeps.theta_sweep(d), "theta_dose_response": sweeps.theta_dose_response(d)},
-    }.get(stem)
+    r = BY_NAME.get(stem)
+    return resolve(r.figures) if r is not None and r.figures else None
 
 
-RESULTS = ("atlas", "ablation", "head_curve", "streaming", "rope_zero", "rope_profile", "patching", "path_patching", "induction", "copy_suppression",
-           "probes", "theta", "retrieval")  # result files, in the order a page shows them (a run's own detection last)
-
-
+RESULTS = records.RESULTS  # result files, in the order a page shows them (a run's own detection last)
 # what each result file must hold for its page (the fields its figures and headline read), by JSON type
-_NUM, _STR, _LIST, _OBJ = (int, float), str, list, dict
-RESULT_FIELDS = {
-    "retrieval": {"model": _STR, "scores": _LIST, "heads": _LIST, "threshold": _NUM, "streaming": _LIST, "sweep": _LIST},
-    "ablation": {"model": _STR, "metric": _STR, "mode": _STR, "conditions": _LIST},
-    "head_curve": {"model": _STR, "metric": _STR, "kind": _STR, "points": _LIST, "baseline": _OBJ},
-    "streaming": {"model": _STR, "scores": _LIST, "labels": _LIST, "counts": _OBJ, "unit": _STR, "window": _NUM,
-                  "sinks": _NUM},
-    "rope_zero": {"model": _STR, "metric": _STR, "doses": _LIST, "baseline": _OBJ},
-    "rope_profile": {"model": _STR, "usage": _LIST, "pair_order": _LIST, "pair_freqs": _LIST, "retrieval_heads": _LIST},
-    "induction": {"model": _STR, "scores": _OBJ, "induction_heads": _LIST, "prev_token_heads": _LIST},
-    "copy_suppression": {"model": _STR, "scores": _OBJ, "copy_suppression_heads": _LIST, "candidates": _LIST},
-    "patching": {"model": _STR, "sites": _OBJ},
-    "path_patching": {"model": _STR, "effects": _OBJ, "receivers": _LIST, "senders": _LIST},
-    "probes": {"model": _STR, "layers": _LIST},
-    "theta": {"base": _STR, "builds": _LIST, "trend": _OBJ},
-    "atlas": {"models": _LIST, "published": _OBJ},
-}
-RERUN = "rerun the command that wrote it (its run.json names it)"
-
-
-def _kind(t) -> str:
-    return {_NUM: "a number", _STR: "a string", _LIST: "a list", _OBJ: "an object"}[t]
+RESULT_FIELDS = {r.name: r.fields for r in records.RECORDS if r.file}
+RERUN = records.RERUN
 
 
 def check_result(stem: str, d, f: Path) -> dict:
     """`d`, the parsed result file `f` (RESULTS stem `stem`), if it is an object holding the fields its page
     reads (RESULT_FIELDS) with their JSON types; InvalidInputError in one line naming the file otherwise.
     (`interp report` reads the file with runtime.jsonio.read_json first: not JSON, cut short, nested too deeply.)"""
-    from interp.errors import InvalidInputError
-
-    if not isinstance(d, dict):
-        raise InvalidInputError(f"result file {f} holds a JSON {_json_type(d)}, not a JSON object; {RERUN}")
-    fields = RESULT_FIELDS.get(stem, {})
-    missing = [k for k in fields if k not in d]
-    if missing:
-        raise InvalidInputError(f"result file {f} is not a complete {stem} result: it lacks {', '.join(map(repr, missing))}"
-                                f" (it holds {', '.join(map(repr, list(d)[:6])) or 'nothing'}"
-                                f"{' ...' if len(d) > 6 else ''}); {RERUN}")
-    for k, t in fields.items():
-        v = d[k]
-        if not isinstance(v, t) or isinstance(v, bool):
-            raise InvalidInputError(f"result file {f}: {k!r} is a JSON {_json_type(v)}, not {_kind(t)}; the file is "
-                                    f"damaged or not a {stem} result; {RERUN}")
-    return d
-
-
-def _json_type(v) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    return {dict: "object", list: "list", str: "string", int: "number", float: "number"}.get(type(v), type(v).__name__)
+    return records.check_result(stem, d, f)
 
 
 def result_files(folder: Path) -> list[tuple[str, Path]]:
     """(stem, path) of the result files in `folder`, in page order."""
-    return [(stem, folder / f"{stem}.json") for stem in RESULTS if (folder / f"{stem}.json").is_file()]
+    return records.result_files(folder)
 
 
 def _results(folder: Path) -> list[tuple[str, dict]]:
@@ -133,22 +67,22 @@ def _esc(x) -> str:
     return html.escape(str(x))
 
 
-PRIMARY = {"retrieval": "retrieval_score", "induction": "induction", "copy_suppression": "ov_suppression",
-           "streaming": "necessity"}
+PRIMARY = {r.name: r.primary for r in records.RECORDS if r.primary}  # a head table's main score
 HEADLINE_ROWS = 12  # top heads of a layer x head table
 CELL_CHARS = 28  # longer text cells are cut on the page
 
 
 def headline(stem: str, d: dict, df):
-    """The rows worth a first look: the top heads by the result's main score (layer x head tables), the
-    rows of the result's metric (condition tables), the largest cells of each grid site (patching), else
-    the first rows. Constant columns go (the model)."""
+    """The rows worth a first look, as the result's record says (`Record.headline`): the top heads by the result's
+    main score (layer x head tables, "heads"), the largest cells of each grid site ("cells": patching), the rows of
+    the result's metric (condition tables), else the first rows. Constant columns go (the model)."""
     import pandas as pd
 
-    if {"quantity", "value"} <= set(df.columns):
+    kind = records.BY_NAME[stem].headline if stem in records.BY_NAME else None
+    if kind == "heads" and {"quantity", "value"} <= set(df.columns):
         q = PRIMARY.get(stem, df["quantity"].iloc[0] if len(df) else None)
         df = df[df["quantity"] == q].sort_values("value", ascending=False, key=abs).head(HEADLINE_ROWS)
-    elif "mean" in df.columns and "condition" not in df.columns and len(df) > HEADLINE_ROWS:  # grid cells
+    elif kind == "cells" and "mean" in df.columns and "condition" not in df.columns and len(df) > HEADLINE_ROWS:
         by = [c for c in ("site", "sender") if c in df.columns]
         key = "effect" if "effect" in df.columns else "mean"  # patching: the effect, patched - base
         if "n_pairs" in df.columns:  # cells every pair has (the others: in the CSV, with their n)

@@ -105,3 +105,8 @@ def theta_dose_response(result: dict):
 def log_spread(x: float, i: int, n: int) -> float:
     """`x` moved a little along a log axis so that n points of one x do not overlap (i of n)."""
     return x * 10 ** (0.04 * (i - (n - 1) / 2)) if x > 0 and math.isfinite(x) else x
+
+
+def theta_figures(d: dict) -> dict:
+    """A theta sweep's figures: head count vs theta and the rope-zero dose response per build."""
+    return {"theta_sweep": theta_sweep(d), "theta_dose_response": theta_dose_response(d)}

@@ -45,14 +45,13 @@ from interp.errors import InvalidInputError
 from interp.models.spec import ModelSpec
 
 
-ANALYSES = ("detect", "ablate", "patch", "cache")
-# per analysis: which logits a forward keeps, whether attention rows are recorded, the default sites
-_DEFAULTS = {
-    "detect": dict(logits="last", rows=True, sites=()),       # greedy_decode prefill keeps the last logits only
-    "ablate": dict(logits="last", rows=False, sites=()),      # NIAH decoding; --prompts scoring: logits="all"
-    "patch": dict(logits="last", rows=False, sites=("resid_pre",)),
-    "cache": dict(logits="none", rows=False, sites=("resid",)),
-}
+from interp.runtime.records import memory_profiles
+
+# per analysis profile (interp.runtime.records: each analysis's record names its profile): which logits a forward
+# keeps, whether attention rows are recorded, the default sites
+_PROFILES = memory_profiles()
+ANALYSES = tuple(_PROFILES)  # detect, ablate, patch, cache
+_DEFAULTS = {n: dict(logits=p.logits, rows=p.rows, sites=p.sites) for n, p in _PROFILES.items()}
 _RESID = ("resid_pre", "resid_post", "attn_out", "mlp_out")
 SITE_KINDS = ("resid",) + _RESID + ("head_out", "q", "k", "v")
 

@@ -171,9 +171,11 @@ class ThetaSweepResult:
 
     @classmethod
     def from_dict(cls, d: dict) -> ThetaSweepResult:
-        d = dict(d)
-        d["builds"] = [BuildMeasure.from_dict(b) for b in d["builds"]]
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+        """A ThetaSweepResult from its dict (theta.json), its builds rebuilt: the exact inverse of `to_dict`.
+        InvalidInputError naming the field when one is missing or of the wrong shape."""
+        from interp.runtime.records import from_dict
+
+        return from_dict(cls, d)
 
     def to_frame(self):
         """One row per build: theta, seed, recall, head count, share, heads, per-layer counts, qk-norm d and p,

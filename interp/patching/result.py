@@ -60,6 +60,14 @@ class PatchingResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> PatchingResult:
+        """A PatchingResult from its dict (`to_dict()`, the result file), nested records rebuilt: the exact inverse of
+        `to_dict`. InvalidInputError naming the field when one is missing or of the wrong shape."""
+        from interp.runtime.records import from_dict
+
+        return from_dict(cls, d)
+
     def to_frame(self):
         """One row per (site, cell): the axes' values, mean, lo, hi, n_pairs, and `effect` (the mean patching
         effect, patched minus base: `site_effect`; `method` says whether these are measured, "exact", or AtP

@@ -60,6 +60,14 @@ class ProbeResult:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> ProbeResult:
+        """A ProbeResult from its dict (`to_dict()`, the result file), nested records rebuilt: the exact inverse of
+        `to_dict`. InvalidInputError naming the field when one is missing or of the wrong shape."""
+        from interp.runtime.records import from_dict
+
+        return from_dict(cls, d)
+
     def to_frame(self):
         """One row per probed site: its scalar results (R^2, accuracies, angles, baselines) as columns."""
         from interp.figures.tables import records_frame
