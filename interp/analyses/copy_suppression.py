@@ -128,7 +128,7 @@ class _TextRecorder(Intervention):
     """Per layer: top non-sink key and its weight per head; attention on earlier occurrences of the
     logit-lens prediction of the layer's input (read from `cap`, captured just before)."""
 
-    observes_qk = True
+    observes_qkv = True
 
     def __init__(self, model, cap: Capture):
         super().__init__(None)
@@ -137,7 +137,7 @@ class _TextRecorder(Intervention):
     def begin(self, ids: torch.Tensor):
         self.ids, self.top, self.qk = ids, {}, {}
 
-    def observe_qk(self, call, q, k, v):
+    def observe_qkv(self, call, q, k, v):
         b, _, s, _ = q.shape
         pos = torch.arange(s, device=q.device)
         rows = compute_rows(call, q, k, pos.expand(b, s))  # [b, H, s, s]

@@ -91,7 +91,7 @@ def pattern_scores(rows: torch.Tensor, pattern: torch.Tensor, exclude_bos: bool 
 class PatternRecorder(Intervention):
     """Observes every layer's full attention (recomputed from q, k) and keeps per-head pattern scores."""
 
-    observes_qk = True
+    observes_qkv = True
 
     def __init__(self):
         super().__init__(None)
@@ -102,7 +102,7 @@ class PatternRecorder(Intervention):
         self._patterns = detection_patterns(ids)
         self._cur: dict[str, dict[int, tuple]] = {n: {} for n in PATTERNS}
 
-    def observe_qk(self, call, q, k, v):
+    def observe_qkv(self, call, q, k, v):
         b, _, s, _ = q.shape
         pos = torch.arange(s, device=q.device).expand(b, s)
         rows = compute_rows(call, q, k, pos)  # [b, H, s, s]

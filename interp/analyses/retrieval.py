@@ -40,7 +40,7 @@ SCORE_NORMS = ("answer", "needle")  # what a head's distinct copied positions ar
 class RetrievalRecorder(Intervention):
     """Observes the last query of every call: top-1 key per head and its sink+recent mass."""
 
-    observes_qk = True
+    observes_qkv = True
 
     def __init__(self, sink: int = 4, recent: int = 64, score_norm: str = "answer"):
         super().__init__(None)
@@ -58,7 +58,7 @@ class RetrievalRecorder(Intervention):
         self._stream: list[torch.Tensor] = []
         self._cur: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def observe_qk(self, call, q, k, v):
+    def observe_qkv(self, call, q, k, v):
         b = q.shape[0]
         pos = torch.full((b, 1), call.q_len - 1, dtype=torch.long, device=q.device)
         rows = compute_rows(call, q, k, pos)[:, :, 0]  # [b, H, k_len]

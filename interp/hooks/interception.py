@@ -23,7 +23,7 @@ outputs of its own (row, query head) pairs recomputed, e.g. against a private co
 (which under GQA the other query heads of the group must not see). Before every `edit_out`.
 
 Order within one attention call: every active intervention's `edit_qkv` (editors, in the order
-they became active), then every observer's `observe_qkv` / `observe_qk` on the final q, k, v, then
+they became active), then every observer's `observe_qkv` on the final q, k, v, then
 the base attention, then the key windows' and every `recompute_out`, then every `edit_out`, then every
 `observe_out` on the final per-head output. So observers see the values after every edit, whatever the argument order or nesting of
 `model.intervene(...)`.
@@ -230,8 +230,6 @@ def _make_wrapper(base: str) -> Callable:
         for iv in active:
             if getattr(iv, "observes_qkv", False):
                 iv.observe_qkv(call, query, key, value)
-            if getattr(iv, "observes_qk", False):  # the older name of observe_qkv, same arguments
-                iv.observe_qk(call, query, key, value)
         out, weights = fn(module, query, key, value, attention_mask, **kwargs)
         if windows:
             out = windowed_out(call, query, key, value, out, windows)
@@ -288,11 +286,17 @@ def install(hf, adapter, spec) -> InterceptState:
     return state
 
 
-ATTENTION_FLAGS = ("edits_qkv", "edits_out", "restricts_keys", "recomputes_heads", "observes_qkv", "observes_qk", "observes_out")
+ATTENTION_FLAGS = ("edits_qkv", "edits_out", "restricts_keys", "recomputes_heads", "observes_qkv", "observes_out")
 
 
 def acts_in_attention(iv) -> bool:
-    """Whether an intervention works inside the attention wrapper (and so needs it to be called)."""
+    """Whether an intervention works inside the attention wrapper (and so needs it to be called). An intervention
+    still flagged with the old name `observes_qk` is refused (InterventionError) instead of never being called."""
+    if getattr(iv, "observes_qk", False):
+        from interp.errors import InterventionError
+
+        raise InterventionError(f"{type(iv).__name__} sets `observes_qk`, whose name is now `observes_qkv` (and "
+                                "`observe_qk` is `observe_qkv`, same arguments): rename both")
     return any(getattr(iv, f, False) for f in ATTENTION_FLAGS)
 
 

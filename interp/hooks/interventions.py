@@ -6,8 +6,7 @@ post-RoPE q/k, the values, or the per-head output before the output projection. 
 intervention may target a subset of batch rows (`rows=`, global row indices).
 
 Editors and observers. An intervention EDITS through `edit_qkv` / `edit_out` (flags `edits_qkv`,
-`edits_out`) and editor `SiteHook`s; it OBSERVES through `observe_qkv` (flag `observes_qkv`; the
-older `observes_qk` + `observe_qk(call, q, k, v)` works the same), `observe_out` (flag
+`edits_out`) and editor `SiteHook`s; it OBSERVES through `observe_qkv` (flag `observes_qkv`), `observe_out` (flag
 `observes_out`) and observer `SiteHook`s. Observers always run after every editor, so they see
 the edited values whatever the order of `model.intervene(...)` arguments or the nesting of
 `intervene` contexts; editors run in the order they became active.
@@ -32,14 +31,13 @@ class Intervention:
     """Base class. Flags tell the attention wrapper which methods to call.
 
     Editors: edit_qkv(call, q, k, v) -> (q, k, v) and edit_out(call, out) -> out, out of place.
-    Observers: observe_qkv(call, q, k, v) (or the older observe_qk) and observe_out(call, out),
+    Observers: observe_qkv(call, q, k, v) and observe_out(call, out),
     which return nothing and run after every editor. Module-level sites: `site_hooks(model)`.
     """
 
     edits_qkv = False
     edits_out = False
     observes_qkv = False
-    observes_qk = False  # older name of observes_qkv: the wrapper calls observe_qk(call, q, k, v)
     observes_out = False
 
     def __init__(self, rows: Sequence[int] | None = None):

@@ -81,7 +81,7 @@ class AttentionRows(Intervention):
     `layers` limits which layers are recorded (default: all).
     """
 
-    observes_qk = True
+    observes_qkv = True
 
     def __init__(self, positions: Sequence[int] | torch.Tensor = (-1,), layers: Sequence[int] | None = None,
                  to_cpu: bool = False):
@@ -102,7 +102,7 @@ class AttentionRows(Intervention):
             if bad:
                 raise InvalidInputError(f"layers {bad} outside 0..{self.spec.n_layers - 1}")
 
-    def observe_qk(self, call, q, k, v):
+    def observe_qkv(self, call, q, k, v):
         """Called by the attention wrapper after every edit, with the final post-RoPE q and k of one attention
         call: for a recorded layer, recomputes the softmax rows of `positions` ([batch, n_heads, n, key_len],
         fp32) and keeps them; the first recorded layer starts a new step. Changes nothing."""

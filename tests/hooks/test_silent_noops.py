@@ -108,3 +108,30 @@ def test_reused_capture_and_rows_recorder_start_fresh():
         assert cap["L1.resid_pre"].shape == (2, 8, model.spec.d_model)  # not (2, 16, ...) from two runs
         assert cap["L1.head_out"].shape[:2] == (2, 8)
         assert rec.result().shape[0] == 2 and len(rec.steps) == 1
+
+
+def test_an_observer_under_the_old_flag_name_is_refused_not_skipped():
+    """`observes_qk` is now `observes_qkv`: an intervention still using the old name would never be called, so
+    `intervene` refuses it with the new names; the renamed one records."""
+    from interp.hooks.interventions import Intervention
+
+    class Old(Intervention):
+        observes_qk = True
+
+        def observe_qk(self, call, q, k, v):
+            self.seen = True
+
+    class New(Intervention):
+        observes_qkv = True
+
+        def observe_qkv(self, call, q, k, v):
+            self.seen = True
+
+    model = _model()
+    with pytest.raises(InterventionError, match="observes_qkv"):
+        with model.intervene(Old()):
+            model.forward(ids(1, 6))
+    new = New()
+    with model.intervene(new):
+        model.forward(ids(1, 6))
+    assert new.seen
