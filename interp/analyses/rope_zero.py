@@ -51,8 +51,8 @@ MODES = ("zero", "phase", "content", "magnitude")
 
 def mode_verb(mode: str, phase_distance: float = 0.0) -> str:
     """What a mode does to the band, as the result, tables and figures say it ("zeroed", ...)."""
-    return {"zero": "zeroed", "phase": f"phase fixed at distance {phase_distance:g}",
-            "content": "content set to its mean", "magnitude": "length set to its mean"}[mode]
+    return {"zero": "zeroed", "phase": f"with phase fixed at distance {phase_distance:g}",
+            "content": "with content set to its mean", "magnitude": "with length set to its mean"}[mode]
 
 
 @dataclass

@@ -137,9 +137,10 @@ def rope_dose_response(result: dict):
             error_y=ci_error_y([p[1] for p in pts])))
     rope = result["baseline"]["rope"]
     fig.update_xaxes(tickmode="array", tickvals=[d["dose"] for d in doses])
-    fig.update_layout(title=f"{result['metric']} vs {result['band']}-frequency dims {verb} ({side}), "
+    unit = result.get("unit", "dims")
+    fig.update_layout(title=f"{result['metric']} vs {result['band']}-frequency {unit} {verb} ({side}), "
                             f"{result['model']} (of {rope['rotary_dims']} rotary dims; 95% CI)",
-                      xaxis_title=f"dims {verb} per head", **_metric_axis(result["metric"]))
+                      xaxis_title=f"{unit} {verb} per head", **_metric_axis(result["metric"]))
     return fig
 
 
@@ -299,5 +300,34 @@ def rope_zero_figures(d: dict) -> dict:
 
 
 def rope_profile_figures(d: dict) -> dict:
-    """A rope-profile result's figures."""
-    return {"rope_usage": rope_usage_heatmap(d)}
+    """A rope-profile result's figures (with --decompose, also the needle's logit by band)."""
+    out = {"rope_usage": rope_usage_heatmap(d)}
+    if d.get("decomposition"):
+        out["needle_bands"] = needle_band_bars(d)
+    return out
+
+
+@reads_result
+def needle_band_bars(result: dict):
+    """rope-profile --decompose: the retrieval heads' attention-logit advantage of the needle's keys, by rotary band
+    (bars with 95% CIs), and per needle depth (one trace per band)."""
+    go = _go()
+    from plotly.subplots import make_subplots
+
+    dec = result["decomposition"]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("by band (mean over heads and prompts)",
+                                                         "by needle distance (tokens)"))
+    bands = dec["bands"]
+    fig.add_trace(go.Bar(x=[b["band"] for b in bands], y=[b["estimate"]["mean"] for b in bands],
+                         error_y=ci_error_y([b["estimate"] for b in bands]), name="needle minus other keys",
+                         showlegend=False), row=1, col=1)
+    depth = sorted(dec["by_depth"], key=lambda d: d["distance"])
+    for i, b in enumerate(bands[:len(depth[0]["bands"])] if depth else []):
+        fig.add_trace(go.Scatter(x=[d["distance"] for d in depth], y=[d["bands"][i] for d in depth],
+                                 mode="lines+markers", name=b["band"]), row=1, col=2)
+    g = dec["gap"]
+    fig.update_layout(title=wrap_title(f"{result['model']}: attention logit at the needle minus the other keys, "
+                                       f"{len(dec['heads'])} heads, {dec['n_prompts']} prompts: {g['mean']:+.2f} "
+                                       f"[{g['lo']:+.2f}, {g['hi']:+.2f}] (95% CI)"))
+    fig.update_yaxes(title_text="logit difference", row=1, col=1)
+    return fig
