@@ -3,7 +3,7 @@
 Conditions, all on the same samples (default task: NIAH recall by greedy decoding; or user prompts
 with logit_diff / logprob / loss, see experiments/tasks.py): the unablated baseline, the target heads
 masked, and `draws` sets of matched random heads (same count per layer, drawn from the other heads;
-or, with `random_pool="any"`, the same count from any layer). The comparison (experiments/compare.py)
+or, with `random_pool="any"`, the same count from any layer). The comparison (experiments/comparison.py)
 gives every condition its metric with a bootstrap CI and, against baseline, the paired difference
 with its CI, a sign-flip permutation p-value and Cohen's d_z; the per-sample mean over the random
 draws is a row of its own, and the target is tested against it directly (`target_vs_random`).

@@ -208,7 +208,7 @@ class InductionResult:
 
         if not self.causal:
             return pd.DataFrame()
-        from interp.experiments.compare import Comparison, ConditionStats
+        from interp.experiments.comparison import Comparison, ConditionStats
 
         rows = [ConditionStats(**c) for c in self.causal["conditions"]]
         pooled = [ConditionStats(**self.causal["random_pooled"])] if self.causal["random_pooled"] else []

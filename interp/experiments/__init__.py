@@ -17,15 +17,33 @@ them); so is a notebook:
     table = ex.compare(out, pools={"random": ctl.names}, direct=[("target", "random")]).to_frame()
 """
 
-from interp.experiments.compare import Comparison, ConditionStats, compare
-from interp.experiments.conditions import Condition, Controls, baseline, head_ablation, random_head_controls
-from interp.experiments.heads import WriteNorms, control_write_strength, write_norms
-from interp.experiments.means import mean_head_outputs, reference_means
-from interp.experiments.runner import Outcomes, run_conditions
-from interp.experiments.tasks import (NiahOutcome, NiahTask, PromptItem, PromptTask, RepeatedTask, Task, read_prompts, run_niah,
-                    text_items)
+from interp import package_face
 
-__all__ = ["Comparison", "Condition", "ConditionStats", "Controls", "NiahOutcome", "NiahTask",
-           "Outcomes", "PromptItem", "PromptTask", "RepeatedTask", "Task", "WriteNorms", "baseline", "compare",
-           "control_write_strength", "head_ablation", "mean_head_outputs", "random_head_controls", "read_prompts",
-           "reference_means", "run_conditions", "run_niah", "text_items", "write_norms"]
+_EXPORTS = {
+    "Comparison": "comparison",
+    "ConditionStats": "comparison",
+    "compare": "comparison",
+    "Condition": "conditions",
+    "Controls": "conditions",
+    "baseline": "conditions",
+    "head_ablation": "conditions",
+    "random_head_controls": "conditions",
+    "WriteNorms": "heads",
+    "control_write_strength": "heads",
+    "write_norms": "heads",
+    "mean_head_outputs": "means",
+    "reference_means": "means",
+    "Outcomes": "runner",
+    "run_conditions": "runner",
+    "NiahOutcome": "tasks",
+    "NiahTask": "tasks",
+    "PromptItem": "tasks",
+    "PromptTask": "tasks",
+    "RepeatedTask": "tasks",
+    "Task": "tasks",
+    "read_prompts": "tasks",
+    "run_niah": "tasks",
+    "text_items": "tasks",
+}
+
+__getattr__, __dir__, __all__ = package_face(__name__, __path__, _EXPORTS)

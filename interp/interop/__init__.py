@@ -10,8 +10,14 @@ nnsight.py           head ablation / patching / capture written as nnsight code 
 `interp.interop.from_bridge(bridge)` (also `interp.from_bridge`).
 """
 
-from __future__ import annotations
+from interp import package_face
 
-from interp.interop.transformer_lens import from_bridge, from_transformer_lens, head_hook, site_hook, to_transformer_lens
+_EXPORTS = {
+    "from_bridge": "transformer_lens",
+    "from_transformer_lens": "transformer_lens",
+    "head_hook": "transformer_lens",
+    "site_hook": "transformer_lens",
+    "to_transformer_lens": "transformer_lens",
+}
 
-__all__ = ["from_bridge", "from_transformer_lens", "head_hook", "site_hook", "to_transformer_lens"]
+__getattr__, __dir__, __all__ = package_face(__name__, __path__, _EXPORTS)

@@ -1,25 +1,24 @@
 """Bundled model organisms: tiny Qwen2 / Llama / GPT-2 models trained on a procedural corpus.
 
 The corpus and NIAH prompt helpers live in :mod:`interp.corpus`; training in
-:mod:`interp.organisms.train`; evaluation in :mod:`interp.organisms.evaluate`.
-Checkpoints are in ``data/organisms/<name>/``.  Importing this package does not
-import torch or transformers.
+:mod:`interp.organisms.train`; evaluation in :mod:`interp.organisms.evaluate`; the rope_theta variant sweep in
+:mod:`interp.organisms.sweep` and :mod:`interp.organisms.theta`. Checkpoints are in ``data/organisms/<name>/``.
+Importing this package does not import torch or transformers.
 """
 
-from interp.corpus import (  # noqa: F401
-    HELDOUT_SEED_MAX,
-    HELDOUT_SEED_MIN,
-    heldout_seed,
-    make_haystack,
-    make_needle,
-    make_niah_prompt,
-)
+from interp import package_face
 
-ORGANISM_NAMES = ("tiny-qwen2", "tiny-llama", "tiny-gpt2")
+_EXPORTS = {
+    "ORGANISM_NAMES": "bundled",
+    "organism_dir": "bundled",
+    "Variant": "sweep",
+    "variant_grid": "sweep",
+    "locate_build": "sweep",
+    "measure_build": "theta",
+}
 
+# the corpus's NIAH helpers, once re-exported here; their home is interp.corpus
+_CORPUS = {n: "interp.corpus" for n in ("HELDOUT_SEED_MAX", "HELDOUT_SEED_MIN", "heldout_seed", "make_haystack",
+                                        "make_needle", "make_niah_prompt")}
 
-def organism_dir(name: str):
-    """Path of a bundled organism's checkpoint directory."""
-    from pathlib import Path
-
-    return Path(__file__).resolve().parents[2] / "data" / "organisms" / name
+__getattr__, __dir__, __all__ = package_face(__name__, __path__, _EXPORTS, _CORPUS)

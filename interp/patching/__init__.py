@@ -5,15 +5,27 @@
     res.sites["head_out"].mean   # [layer][head], normalised: 0 = no effect, 1 = the clean value restored
 """
 
-from interp.patching.attribution import grid_agreement, run_attribution
-from interp.patching.cells import GRID_SITES, CellPatch, Cells
-from interp.patching.ioi import ioi_scores
-from interp.patching.pairs import IOI_CORRUPTIONS, PatchPair, ioi_pairs, niah_pairs, read_pairs, repeated_pairs
-from interp.patching.config import DIRECTIONS, PatchingConfig
-from interp.patching.metrics import METRICS
-from interp.patching.result import PatchingResult, SiteGrid
-from interp.patching.run import run_patching
+from interp import package_face
 
-__all__ = ["CellPatch", "Cells", "DIRECTIONS", "GRID_SITES", "IOI_CORRUPTIONS", "METRICS", "PatchPair",
-           "PatchingConfig", "PatchingResult", "SiteGrid", "grid_agreement", "ioi_pairs", "ioi_scores", "niah_pairs",
-           "read_pairs", "repeated_pairs", "run_attribution", "run_patching"]
+_EXPORTS = {
+    "grid_agreement": "attribution",
+    "run_attribution": "attribution",
+    "GRID_SITES": "cells",
+    "CellPatch": "cells",
+    "Cells": "cells",
+    "ioi_scores": "ioi",
+    "IOI_CORRUPTIONS": "pairs",
+    "PatchPair": "pairs",
+    "ioi_pairs": "pairs",
+    "niah_pairs": "pairs",
+    "read_pairs": "pairs",
+    "repeated_pairs": "pairs",
+    "DIRECTIONS": "config",
+    "PatchingConfig": "config",
+    "METRICS": "metrics",
+    "PatchingResult": "result",
+    "SiteGrid": "result",
+    "run_patching": "run",
+}
+
+__getattr__, __dir__, __all__ = package_face(__name__, __path__, _EXPORTS)

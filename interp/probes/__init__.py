@@ -10,8 +10,17 @@ components of pos[t]. With a model: per-head structure (fixed offsets, sinks) vs
 match) classification. Everything is streamed from the store (see layer.py).
 """
 
-from interp.probes.heads import HeadConfig, HeadResult, classify_heads
-from interp.probes.run import ProbeConfig, ProbeResult, probe_sites, probe_steps, run_probes
+from interp import package_face
 
-__all__ = ["HeadConfig", "HeadResult", "ProbeConfig", "ProbeResult", "classify_heads", "probe_sites", "probe_steps",
-           "run_probes"]
+_EXPORTS = {
+    "HeadConfig": "heads",
+    "HeadResult": "heads",
+    "classify_heads": "heads",
+    "ProbeConfig": "run",
+    "ProbeResult": "run",
+    "probe_sites": "run",
+    "probe_steps": "run",
+    "run_probes": "run",
+}
+
+__getattr__, __dir__, __all__ = package_face(__name__, __path__, _EXPORTS)

@@ -1,5 +1,5 @@
 """What a run cost: wall and CPU seconds since a clock started, and torch's thread count. run.json records it
-for every CLI run (interp.cli.runs) and for every organisms sweep."""
+for every run folder (interp.runtime.runs: every CLI run and every organisms sweep)."""
 
 from __future__ import annotations
 

@@ -224,13 +224,14 @@ def memory_profiles() -> dict:
 
 
 def exports() -> dict:
-    """{public name: module under interp} of every analysis's config class and entry function (the package face)."""
+    """{public name: its module's dotted path} of every analysis's config class, entry function and result class
+    (the face of `interp.analyses`, which lists them all)."""
     out = {}
     for r in RECORDS:
-        for path in (r.config, r.run):
+        for path in (r.config, r.run, r.result):
             if path:
                 module, _, name = path.rpartition(".")
-                out[name] = module.removeprefix("interp.")
+                out[name] = module
     return out
 
 

@@ -40,13 +40,29 @@ Where scipy is used and where not
   (scipy's bootstrap runs one statistic at a time; a grid has thousands of cells).
 """
 
-from interp.stats._common import BCA_MAX_N, EXACT_SIGN_FLIP_MAX_N
-from interp.stats.grid import GridEstimate, GridTest, column_mean_ci, column_sign_flip
-from interp.stats.heads import MatchedDraws, matched_random_heads, threshold_sweep
-from interp.stats.multiple import adjust, benjamini_hochberg, holm
-from interp.stats.paired import Estimate, PairedComparison, cohens_d, mean_ci, paired_diff, sets_mean_ci
-from interp.stats.permutation import PermutationResult, layer_clustered_permutation
+from interp import package_face
 
-__all__ = ["BCA_MAX_N", "EXACT_SIGN_FLIP_MAX_N", "Estimate", "GridEstimate", "GridTest", "column_mean_ci", "column_sign_flip", "MatchedDraws", "PairedComparison", "PermutationResult",
-           "adjust", "benjamini_hochberg", "holm", "cohens_d", "layer_clustered_permutation", "matched_random_heads", "mean_ci", "paired_diff",
-           "sets_mean_ci", "threshold_sweep"]
+_EXPORTS = {
+    "BCA_MAX_N": "_common",
+    "EXACT_SIGN_FLIP_MAX_N": "_common",
+    "GridEstimate": "grid",
+    "GridTest": "grid",
+    "column_mean_ci": "grid",
+    "column_sign_flip": "grid",
+    "MatchedDraws": "heads",
+    "matched_random_heads": "heads",
+    "threshold_sweep": "heads",
+    "adjust": "multiple",
+    "benjamini_hochberg": "multiple",
+    "holm": "multiple",
+    "Estimate": "paired",
+    "PairedComparison": "paired",
+    "cohens_d": "paired",
+    "mean_ci": "paired",
+    "paired_diff": "paired",
+    "sets_mean_ci": "paired",
+    "PermutationResult": "permutation",
+    "layer_clustered_permutation": "permutation",
+}
+
+__getattr__, __dir__, __all__ = package_face(__name__, __path__, _EXPORTS)

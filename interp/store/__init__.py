@@ -11,13 +11,27 @@
 Format and guarantees: see format.py (layout), writer.py (crash safety, resume, single writer).
 """
 
-from interp.store.cache import SITE_GROUPS, CacheConfig, cache_activations, model_identity, resolve_sites
-from interp.store.data import CorpusData, TextData, TextFile, TextList, as_data
-from interp.store.format import StoreCorruptError, StoreError, StoreLockedError, StoreMismatchError
-from interp.store.labels import CATEGORIES
-from interp.store.reader import ActivationStore, open_store
-from interp.store.writer import StoreWriter
+from interp import package_face
 
-__all__ = ["ActivationStore", "CATEGORIES", "CacheConfig", "CorpusData", "SITE_GROUPS", "StoreCorruptError",
-           "StoreError", "StoreLockedError", "StoreMismatchError", "StoreWriter", "TextData", "TextFile", "TextList",
-           "as_data", "cache_activations", "model_identity", "open_store", "resolve_sites"]
+_EXPORTS = {
+    "SITE_GROUPS": "cache",
+    "CacheConfig": "cache",
+    "cache_activations": "cache",
+    "model_identity": "cache",
+    "resolve_sites": "cache",
+    "CorpusData": "data",
+    "TextData": "data",
+    "TextFile": "data",
+    "TextList": "data",
+    "as_data": "data",
+    "StoreCorruptError": "format",
+    "StoreError": "format",
+    "StoreLockedError": "format",
+    "StoreMismatchError": "format",
+    "CATEGORIES": "labels",
+    "ActivationStore": "reader",
+    "open_store": "reader",
+    "StoreWriter": "writer",
+}
+
+__getattr__, __dir__, __all__ = package_face(__name__, __path__, _EXPORTS)

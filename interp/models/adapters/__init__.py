@@ -1,43 +1,16 @@
-"""Architecture adapters, one file per family: every module of this package is imported here, and each
-`Adapter` subclass registers its `model_types` as it is defined, so adding an architecture is adding a file
-(docs/adding-an-architecture.md). `adapter_for(hf_model)` picks by config.model_type."""
+"""Architecture adapters, one file per family: each `Adapter` subclass registers its `model_types` as it is
+defined, and the registry (registry.py) imports every module of this package, so adding an architecture is
+adding a file (docs/adding-an-architecture.md). `adapter_for(hf_model)` picks by config.model_type."""
 
-from __future__ import annotations
+from interp import package_face
 
-import importlib
-import pkgutil
+_EXPORTS = {
+    "Adapter": "base",
+    "ADAPTERS": "registry",
+    "adapter_for": "registry",
+    "adapter_class": "registry",
+    "supported_model_types": "registry",
+    "tiny_families": "registry",
+}
 
-from interp.errors import UnsupportedModelError
-from interp.models.adapters.base import Adapter, registered
-
-for _m in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-    if _m != "base":
-        importlib.import_module(f"{__name__}.{_m}")
-
-ADAPTERS: tuple[type[Adapter], ...] = tuple(dict.fromkeys(registered().values()))
-_BY_TYPE = registered()
-
-
-def supported_model_types() -> list[str]:
-    return sorted(_BY_TYPE)
-
-
-def adapter_class(model_type: str) -> type[Adapter]:
-    try:
-        return _BY_TYPE[model_type]
-    except KeyError:
-        raise UnsupportedModelError(
-            f"architecture model_type={model_type!r} is not supported; supported: {', '.join(supported_model_types())}"
-        ) from None
-
-
-def adapter_for(hf) -> Adapter:
-    return adapter_class(hf.config.model_type)(hf)
-
-
-def tiny_families() -> dict[str, type[Adapter]]:
-    """{family: adapter class} of every adapter with a tiny random config, in file order."""
-    return {a.family: a for a in ADAPTERS if a.tiny_config.__func__ is not Adapter.tiny_config.__func__}
-
-
-__all__ = ["Adapter", "ADAPTERS", "adapter_for", "adapter_class", "supported_model_types", "tiny_families"]
+__getattr__, __dir__, __all__ = package_face(__name__, __path__, _EXPORTS)
