@@ -14,8 +14,6 @@ _EXPORTS = {
     **exports(),  # from the records: every analysis's config class, entry function and result class
     "prepare_experiment": "pipeline",
     "HeadExperiment": "pipeline",
-    "resolve_heads": "heads",
-    "SavedDetection": "heads",
     "logit_by_pair": "rope_decompose",
     "PairLogits": "rope_decompose",
     "needle_decomposition": "rope_decompose",
