@@ -10,11 +10,12 @@ starts; the same work in float32 and in bfloat16 side by side, records named by 
 - rows: interp's attention rows (4 last queries, every head) of one T-token text;
 - detect: retrieval-head detection on NIAH prompts of T tokens (prefill + greedy decoding + rows per step);
 - ablate: a forward with 25% of the heads zero-ablated;
-- patch: a full resid_pre exact-patching grid (every layer x every position) on IOI pairs;
+- patch: a full resid_pre exact-patching grid (every layer x every position) on 8 IOI pairs (14-16 tokens) and on
+  one NIAH pair of 64 tokens (the needle's value swapped: `interp patch`'s default task);
 - atp: attribution patching (AtP-QK) of head_out and resid_pre on the same pairs, no exact check;
 - sdpa: torch's CPU attention kernel alone (scaled_dot_product_attention, causal, the model's query and key-value
   heads and head size, random q/k/v of T tokens): the part of a long forward that bfloat16 may not speed up;
-- matmul: this machine's measured matmul peak in each dtype (the shapes of the model's MLP and a 2048-cube),
+- matmul: this machine's measured matmul rate in each dtype (the shapes of the model's MLP at 16 and at T tokens, and a 2048-cube),
   against which the forward's achieved FLOP rate is set (the physical-limit row).
 
     python bench/precision_speed.py --model smollm2-135m            # bench/results/precision-speed-smollm2-135m-cpu.json
@@ -86,7 +87,7 @@ def child_main(spec: dict) -> None:
         from interp.models.loading import load_config
 
         c = load_config(spec["model"])
-        shapes = [(T, c.hidden_size, c.intermediate_size), (2048, 2048, 2048)]
+        shapes = [(16, c.hidden_size, c.intermediate_size), (T, c.hidden_size, c.intermediate_size), (2048, 2048, 2048)]
         rows = []
         for m, k, n in shapes:
             a, b = torch.randn(m, k, dtype=dt), torch.randn(k, n, dtype=dt)
@@ -138,7 +139,7 @@ def child_main(spec: dict) -> None:
         out["n_prompts"] = len(samples)
         out["recall"] = res["r"].baseline_recall
     elif work in ("patch", "atp"):
-        pairs = interp.ioi_pairs(tok, n=spec["pairs"], corrupt="abc")
+        pairs = patch_pairs(model, spec.get("task", "ioi"), T, spec.get("pairs", 8))
         if work == "patch":
             cfg = interp.PatchingConfig(sites=("resid_pre",), n_boot=10)
             out = _timed(lambda: interp.run_patching(model, pairs, cfg), reps)
@@ -147,7 +148,22 @@ def child_main(spec: dict) -> None:
             out = _timed(lambda: interp.run_attribution(model, pairs, cfg, method="atp-qk", verify_top=0,
                                                         verify_sample=0), reps)
         out["n_pairs"] = len(pairs)
+        out["pair_tokens"] = [len(p.clean) for p in pairs]
     print("RESULT " + json.dumps(out))
+
+
+def patch_pairs(model, task: str, T: int, n: int) -> list:
+    """The pairs a patching measurement runs on: `ioi`, n of Wang et al.'s ABC pairs (14-16 tokens), or `niah`,
+    the corpus needle's value swapped in a T-token NIAH prompt at depth 0.5 (`interp patch`'s default task)."""
+    import interp
+
+    if task == "ioi":
+        return interp.ioi_pairs(model.tokenizer, n=n, corrupt="abc")
+    from interp.cli.options import niah_config
+    from interp.tasks.niah import niah_for_model
+
+    niah = niah_for_model(model, niah_config(str(T), "0.5", n, None, "corpus", "\\n", None), decode=False)
+    return interp.niah_pairs(model.tokenizer, niah, 0)
 
 
 PLAN = {  # work -> [(seq, extra spec)]
@@ -155,10 +171,10 @@ PLAN = {  # work -> [(seq, extra spec)]
     "sdpa": [(1024, {}), (4096, {})],
     "forward": [(1024, {"batch": 1})],
     "body": [(1024, {"batch": 1})],
-    "rows": [(4096, {})],
-    "detect": [(1024, {}), (4096, {})],
+    "rows": [(4096, {}), (8192, {})],
+    "detect": [(1024, {}), (2048, {}), (4096, {})],
     "ablate": [(1024, {"batch": 1})],
-    "patch": [(0, {"pairs": 8})],
+    "patch": [(0, {"pairs": 8, "task": "ioi"}), (64, {"pairs": 1, "task": "niah"})],
     "atp": [(0, {"pairs": 8})],
 }
 

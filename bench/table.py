@@ -192,12 +192,16 @@ def load_rows() -> list[tuple[str, ...]]:
 
 
 PRECISION = {"precision-speed-smollm2-135m-cpu.json": (
-    "SmolLM2-135M", "python bench/precision_speed.py --model smollm2-135m --repeats 2")}
+    "SmolLM2-135M", "python bench/precision_speed.py --model smollm2-135m --repeats 2"),
+    "precision-speed-smollm2-135m-cpu-t2.json": (
+    "SmolLM2-135M, 2 threads", "python bench/precision_speed.py --model smollm2-135m --threads 2 --only "
+                               "matmul,forward,detect,patch --repeats 2")}
 WORK_LABEL = {"sdpa": "torch's CPU attention kernel alone (one layer's heads, causal), {seq} tokens",
               "forward": "forward with logits, 1 x {seq} tokens", "body": "forward without the output head, 1 x {seq} tokens",
               "rows": "attention rows (4 queries, every head), {seq} tokens", "detect": "retrieval detection, 2 NIAH prompts of {seq} tokens",
               "ablate": "forward with 25% of heads zero-ablated, 1 x {seq} tokens",
               "patch": "exact patching, resid_pre x every layer x every position, 8 IOI pairs",
+              "patch-niah": "exact patching, resid_pre x every layer x every position, 1 NIAH pair of {seq} tokens",
               "atp": "AtP-QK of head_out and resid_pre, 8 IOI pairs"}
 
 
@@ -211,7 +215,8 @@ def precision_rows() -> list[tuple[str, ...]]:
                     rows.append((f"matmul {'x'.join(map(str, shape))}, one thread", "bfloat16 / float32, GFLOPS",
                                  f"{b / f:.1f}x ({b:.0f} / {f:.0f})", name, cmd))
                 continue
-            what = f"{WORK_LABEL[r['work']].format(seq=r['seq'])}, {label}"
+            work = "patch-niah" if r["work"] == "patch" and r["seq"] else r["work"]
+            what = f"{WORK_LABEL[work].format(seq=r['seq'])}, {label}"
             rows.append((what, "float32 / bfloat16, CPU time", f"{r['cpu_ratio']:.2f}x", name, cmd))
             if r.get("gflops"):
                 rows.append((what, "achieved GFLOPS, bfloat16 (float32)",

@@ -2,8 +2,10 @@
 from the final hidden state, so every metric read off the logits (logit difference, log-prob, loss, the greedy
 token) is free of the 8-bit-mantissa rounding of the logits themselves (a logit of 20 is a multiple of 0.125 in
 bfloat16). The rest of the forward pass keeps the model's dtype. The head's weight is upcast once and kept beside
-the module (refreshed when the weight changes), so each call costs one float32 matmul over the positions asked for
-(`logits_to_keep` / `last_only` make that the last position only)."""
+the module (refreshed when the weight changes), and the head's forward is replaced, not followed: each call costs
+one float32 matmul over the positions asked for (`logits_to_keep` / `last_only` make that the last position only)
+and no low-precision one beside it. Products of two bfloat16 numbers are exact in float32, so these logits are the
+float32 matmul of the bf16 hidden state and the bf16 weight."""
 
 from __future__ import annotations
 
@@ -24,24 +26,46 @@ def _float32_weight(module: torch.nn.Module) -> torch.Tensor:
     return cached[1]
 
 
-def _hook(module, args, output):
-    w = getattr(module, "weight", None)
-    if not isinstance(output, torch.Tensor) or w is None or w.dtype not in LOW_PRECISION or w.device.type == "meta":
-        return None  # float32 already, or an offloaded head (accelerate): the model's own logits
-    if not getattr(module, "_interp_float32_logits", True):
-        return None
-    bias = getattr(module, "bias", None)
-    return F.linear(args[0].float(), _float32_weight(module), None if bias is None else bias.float())
+class Float32Head:
+    """The output head's forward, replaced on the instance: a float32 matmul of the final hidden state with the
+    float32 copy of a low-precision weight (the model's own low-precision head matmul is not run as well), else
+    the forward it replaced (float32 weights, an offloaded head on the meta device, or float32 logits turned off).
+    `remove()` puts the replaced forward back."""
+
+    def __init__(self, module: torch.nn.Linear):
+        self.module = module
+        self.inner = module.forward  # bound: the class's forward, or a wrapper installed before (accelerate)
+        self.wrapped = "forward" in module.__dict__
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        module = self.module
+        w = module.weight
+        if w.dtype not in LOW_PRECISION or w.device.type == "meta" or not getattr(module, "_interp_float32_logits",
+                                                                                   True):
+            return self.inner(x)
+        bias = module.bias
+        return F.linear(x.float(), _float32_weight(module), None if bias is None else bias.float())
+
+    def remove(self) -> None:
+        if self.module.__dict__.get("forward") is self:
+            del self.module.__dict__["forward"]
+            if self.wrapped:  # a wrapper that was on the instance
+                self.module.__dict__["forward"] = self.inner
 
 
-def install_float32_logits(hf) -> torch.utils.hooks.RemovableHandle | None:
+def install_float32_logits(hf) -> Float32Head | None:
     """Make the output head of `hf` (a transformers model) return float32 logits when its weights are bfloat16 or
-    float16 (a no-op for float32 models). Returns the hook's handle (None when the model has no output head)."""
+    float16 (a no-op for float32 models). Returns the installed head forward (`.remove()` undoes it), None when
+    the model has no output head."""
     get = getattr(hf, "get_output_embeddings", None)
     head = get() if callable(get) else None
     if not isinstance(head, torch.nn.Linear):
         return None
-    return head.register_forward_hook(_hook)
+    if isinstance(head.__dict__.get("forward"), Float32Head):
+        return head.__dict__["forward"]
+    fwd = Float32Head(head)
+    head.__dict__["forward"] = fwd  # nn.Module.__call__ runs self.forward: forward hooks still fire around it
+    return fwd
 
 
 def set_float32_logits(hf, enabled: bool) -> None:

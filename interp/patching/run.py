@@ -99,7 +99,7 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
     n_forward = n_rows = n_prefix_rows = n_skip_rows = tokens = 0
     work_bound = work_done = 0.0
     L = spec.n_layers
-    overhead = _overhead_token_layers(model) if skip else 0.0
+    overhead = _overhead_token_layers(model)
     grids = {}
     for site in config.sites:
         kind, axes = GRID_SITES[site]
@@ -109,7 +109,7 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
         raw = np.full(len(row_pair), np.nan)
         prefix = (lengths[row_pair] - row_k) if (reuse and "position" in axes) else np.zeros(len(row_pair), int)
         start = row_cell[:, 0] if skip else np.zeros(len(row_pair), int)  # axis 0 is the layer of every grid site
-        chunks = _chunks(lengths[row_pair], prefix, start, config.max_batch, budget, overhead)
+        chunks = _chunks(lengths[row_pair], prefix, start, config.max_batch, budget, overhead, L)
         n_pos = np.where(row_k > 0, row_k, lengths[row_pair])  # positions from the cell on (all: every position)
         work_bound += float(np.sum((L - row_cell[:, 0]) / L * n_pos / lengths[row_pair]))
 
@@ -192,45 +192,74 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
 
 
 def _chunks(lengths: np.ndarray, prefix: np.ndarray, start: np.ndarray, max_batch: int | None, budget: int,
-            overhead: float = 0.0):
-    """(row indices, prefix, start layer) per forward pass. Rows with a reusable prefix (> 0) are grouped
-    by (prompt length, prefix), the rest run whole, sorted by length; within a group, rows are taken
-    from the highest start layer down and a chunk starts at the lowest start layer of its rows. A row
-    whose own start is higher recomputes the base run's layers in between (exact, but work), so a
-    chunk is cut when adding the next row would make its rows run more extra token-layers than
-    `overhead` (a forward pass's fixed cost in token-layers), or hold more than `max_batch` rows
-    (default: about `budget` computed tokens)."""
-    out = []
+            overhead: float = 0.0, n_layers: int | None = None):
+    """(row indices, prefix, start layer) per forward pass. Rows with a reusable prefix (> 0) are grouped by
+    prompt length, the rest run whole, sorted by length. A pass computes the tokens from its prefix p0 (the
+    lowest prefix of its rows) on, from its start layer l0 (the lowest start layer of its rows) up: a row whose
+    own prefix or start is higher recomputes base-run tokens or layers (exact, but work). Rows are taken in
+    one of two orders (start layer, then prefix, highest first; or prefix, then start layer), and a pass is cut
+    when adding the next row would add more extra token-layers than `overhead` (a forward pass's fixed cost in
+    token-layers), or more than `max_batch` rows (default: about `budget` computed tokens); of the two orders
+    the one whose passes cost less (token-layers + `overhead` per pass) is taken."""
+    L = int(n_layers if n_layers is not None else (start.max() + 1 if len(start) else 1))
 
-    def cut(idx: np.ndarray, p0: int, width: int):
-        step = max_batch or max(1, budget // width)
-        idx = idx[np.argsort(-start[idx], kind="stable")]
-        lo = 0
-        for i in range(1, len(idx) + 1):
-            full = i - lo >= step
-            if i == len(idx) or full or (i - lo) * width * (start[idx[i - 1]] - start[idx[i]]) > overhead:
-                out.append((idx[lo:i], p0, int(start[idx[i - 1]])))
+    def cut(idx: np.ndarray, n: int, pre: np.ndarray, keys) -> tuple[list, float]:
+        idx = idx[np.lexsort(keys(pre[idx], start[idx]))]
+        out, lo, p0, l0, cost, total = [], 0, 0, 0, 0.0, 0.0
+        for i, r in enumerate(idx):
+            pr, sr = int(pre[r]), int(start[r])
+            own = (n - pr) * (L - sr)
+            if i > lo:
+                q0, m0 = min(p0, pr), min(l0, sr)
+                grown = (i - lo + 1) * (n - q0) * (L - m0)
+                full = (i - lo + 1) * (n - q0) > budget if max_batch is None else i - lo >= max_batch
+                if not full and grown - cost - own <= overhead:  # the extra work this row adds to the pass
+                    p0, l0, cost = q0, m0, grown
+                    continue
+                out.append((idx[lo:i], p0, l0))
+                total += cost + overhead
                 lo = i
+            p0, l0, cost = pr, sr, own
+        if len(idx):
+            out.append((idx[lo:], p0, l0))
+            total += cost + overhead
+        return out, total
 
+    def best(idx: np.ndarray, n: int, pre: np.ndarray) -> list:
+        by_layer = cut(idx, n, pre, lambda p, s: (-p, -s))  # lexsort: the last key is the primary one
+        by_prefix = cut(idx, n, pre, lambda p, s: (-s, -p))
+        return min(by_layer, by_prefix, key=lambda c: c[1])[0]
+
+    out = []
     whole = np.nonzero(prefix == 0)[0]
-    whole = whole[np.argsort(lengths[whole], kind="stable")]
     if len(whole):
-        cut(whole, 0, int(lengths[whole].max()))
-    keys = {}
+        out += best(whole[np.argsort(lengths[whole], kind="stable")], int(lengths[whole].max()), np.zeros_like(prefix))
+    groups = {}
     for i in np.nonzero(prefix > 0)[0]:
-        keys.setdefault((int(lengths[i]), int(prefix[i])), []).append(i)
-    for (n, p0), idx in sorted(keys.items()):
-        cut(np.array(idx), p0, n - p0)
+        groups.setdefault(int(lengths[i]), []).append(i)
+    for n, idx in sorted(groups.items()):
+        out += best(np.array(idx), n, prefix)
     return out
 
 
-FORWARD_OVERHEAD_FLOP = {"cpu": 4e8, "cuda": 2e11}  # a forward pass's fixed cost (Python, launches) in FLOP
+#: a forward pass's fixed cost in FLOP per (device type, model dtype): the seconds a pass costs beyond its
+#: token-proportional work (Python, kernel launches, the output head's weight read, small matmuls running below
+#: peak) times the rate of the dtype's matmuls. Measured on the CPU with `bench/patch_overhead.py` (the CPU time
+#: of exact resid_pre grids at 1x-64x of a base cost, per dtype: docs/precision.md#speed): bfloat16 matmuls run
+#: about 7x float32's rate on a CPU with AMX, so a pass's fixed cost is worth 4x the FLOP there.
+FORWARD_OVERHEAD_FLOP = {("cpu", "float32"): 1.6e9, ("cpu", "bfloat16"): 6.4e9, ("cpu", "float16"): 6.4e9,
+                         ("cuda", "float32"): 2e11, ("cuda", "bfloat16"): 2e11, ("cuda", "float16"): 2e11}
 
 
 def _overhead_token_layers(model) -> float:
     """A forward pass's fixed cost in token-layers of this model (2 FLOP per parameter of one layer)."""
-    per_layer = sum(p.numel() for p in model.adapter.layers()[0].parameters())
-    return FORWARD_OVERHEAD_FLOP.get(model.device.type, 4e8) / (2 * max(per_layer, 1))
+    from interp.runtime.precision import NAMES
+
+    layer = model.adapter.layers()[0]
+    per_layer = sum(p.numel() for p in layer.parameters())
+    dtype = NAMES.get(next(layer.parameters()).dtype, "float32")
+    flop = FORWARD_OVERHEAD_FLOP.get((model.device.type, dtype), FORWARD_OVERHEAD_FLOP[("cpu", "float32")])
+    return flop / (2 * max(per_layer, 1))
 
 
 def _prefix_cache(base_kv, pairs: np.ndarray, pad: int, p0: int, n_layers: int):

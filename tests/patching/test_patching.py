@@ -373,8 +373,9 @@ def test_a_task_the_model_cannot_do_warns_that_normalised_values_are_noise(tmp_p
 
 def test_chunks_group_by_start_layer_and_merge_only_where_a_pass_costs_more():
     """Rows of a 30-layer x 128-token resid_pre grid (8 pairs): with no per-pass overhead every pass holds one
-    start layer and the work done equals the bound W; a large overhead merges start layers (fewer passes, more
-    work); every row lands in exactly one pass, at or below its own start layer."""
+    start layer and one prefix and the work done equals the bound W; a large overhead merges start layers and
+    prefixes (fewer passes, more work); every row lands in exactly one pass, at or below its own start layer and
+    prefix."""
     from interp.patching.run import _chunks
 
     L, T, P = 30, 128, 8
@@ -391,10 +392,25 @@ def test_chunks_group_by_start_layer_and_merge_only_where_a_pass_costs_more():
     for chunks in (exact, merged):
         rows = np.concatenate([sel for sel, _, _ in chunks])
         assert sorted(rows.tolist()) == list(range(len(layer)))
-        assert all((layer[sel] >= l0).all() and (prefix[sel] == p0).all() for sel, p0, l0 in chunks)
+        assert all((layer[sel] >= l0).all() and (prefix[sel] >= p0).all() for sel, p0, l0 in chunks)
     assert all((layer[sel] == l0).all() for sel, _, l0 in exact)
     assert work(exact) == pytest.approx(bound)
     assert len(merged) < len(exact) / 2 and work(merged) > bound
+    assert any(len(set(prefix[sel].tolist())) > 1 for sel, _, _ in merged)  # a pass may span several prefixes
+    assert all(len(set(prefix[sel].tolist())) == 1 for sel, _, _ in exact)
+
+
+def test_pass_overhead_follows_the_model_dtype():
+    """A pass's fixed cost is worth more FLOP where the dtype's matmuls run faster (bfloat16 on the CPU), so a
+    bfloat16 model merges rows into fewer, larger passes."""
+    from interp.models.tiny import tiny_random_hf
+    from interp.patching.run import FORWARD_OVERHEAD_FLOP, _overhead_token_layers
+
+    m32 = interp.Model(tiny_random_hf("llama", True, seed=0))
+    m16 = interp.Model(tiny_random_hf("llama", True, seed=0).to(torch.bfloat16))
+    ratio = FORWARD_OVERHEAD_FLOP[("cpu", "bfloat16")] / FORWARD_OVERHEAD_FLOP[("cpu", "float32")]
+    assert ratio > 1
+    assert _overhead_token_layers(m16) == pytest.approx(ratio * _overhead_token_layers(m32))
 
 
 def test_prob_and_kl_metrics_by_hand():

@@ -109,6 +109,32 @@ def test_bf16_model_logits_are_a_float32_unembedding_of_its_final_hidden_state(f
     assert torch.equal(m.forward(x), got)
 
 
+def test_bf16_head_runs_one_float32_matmul_and_no_bf16_one():
+    """The float32 head replaces the head's forward: the model's own bfloat16 head matmul does not run beside it
+    (it did when the float32 logits were a forward hook recomputing them), unless float32 logits are off; remove()
+    puts the class's forward back."""
+    from interp.hooks.float_logits import Float32Head
+
+    m = _bf16_model("llama")
+    head = m.hf.get_output_embeddings()
+    fwd = head.__dict__["forward"]
+    assert isinstance(fwd, Float32Head)
+    calls, inner = [], fwd.inner
+    fwd.inner = lambda x: calls.append(x.dtype) or inner(x)
+    with torch.no_grad():
+        assert m.forward(ids(1, 6)).dtype is torch.float32
+        assert calls == []
+        m.float32_logits = False
+        assert m.forward(ids(1, 6)).dtype is torch.bfloat16
+        assert calls == [torch.bfloat16]
+    m.float32_logits = True
+    fwd.inner = inner
+    fwd.remove()
+    assert "forward" not in head.__dict__
+    with torch.no_grad():
+        assert m.forward(ids(1, 6)).dtype is torch.bfloat16
+
+
 def test_float32_model_logits_are_untouched():
     from interp.models.tiny import tiny_random_hf
 
