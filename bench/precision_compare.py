@@ -325,6 +325,9 @@ def main(argv=None) -> int:
     p.add_argument("--no-forward", action="store_true", help="skip the logits / rows comparison (loads the model)")
     p.add_argument("--forward-from", default=None, help="a JSON {model: forward_checks(model)} computed before")
     p.add_argument("--out", default=None)
+    p.add_argument("--merge", action="store_true",
+                   help="keep the analyses (and forward checks) of the existing output that this root lacks: a later "
+                        "battery adds its comparisons to an earlier one's")
     a = p.parse_args(argv)
     root = Path(a.root)
     res = {"model": a.model, "dtypes": list(DTYPES), "root": str(root), "analyses": {}, "cpu_s": {}}
@@ -342,6 +345,14 @@ def main(argv=None) -> int:
     elif not a.no_forward:
         res["forward"] = forward_checks(a.model)
     out = Path(a.out or f"bench/results/precision-{a.model}.json")
+    if a.merge and out.exists():
+        old = json.loads(out.read_text())
+        for name, v in old.get("analyses", {}).items():
+            if name not in res["analyses"]:
+                res["analyses"][name] = v
+                res["cpu_s"][name] = old.get("cpu_s", {}).get(name, {})
+        if "forward" not in res and "forward" in old:
+            res["forward"] = old["forward"]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x))
     print(markdown(res))

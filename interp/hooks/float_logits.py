@@ -9,6 +9,8 @@ float32 matmul of the bf16 hidden state and the bf16 weight."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 
@@ -76,3 +78,39 @@ def set_float32_logits(hf, enabled: bool) -> None:
         object.__setattr__(head, "_interp_float32_logits", bool(enabled))
         if not enabled and hasattr(head, _CACHE):
             object.__delattr__(head, _CACHE)
+
+
+@contextmanager
+def head_columns(hf, columns: torch.Tensor):
+    """Within the block the output head of `hf` computes only `columns` ([batch, k] vocabulary ids, one list per
+    row) of each row's logits: [batch, positions, k] instead of [batch, positions, vocab], in float32 for a
+    low-precision model (as the float32 head) and in the model's dtype otherwise. transformers applies its final
+    softcap after the head, so capped models stay right. For metrics that read a few logits of each row (the
+    logit difference of exact patching): the head's weight is read for k rows instead of the vocabulary, which on
+    a 49K-word vocabulary is most of a short pass's fixed cost. An offloaded head (meta weights) runs whole and
+    its columns are gathered."""
+    head = hf.get_output_embeddings()
+    missing = object()
+    prev = head.__dict__.get("forward", missing)
+    inner = head.forward
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        idx = columns.to(x.device)
+        if head.weight.device.type == "meta":
+            full = inner(x)
+            return full.gather(-1, idx[:, None, :].expand(-1, full.shape[1], -1))
+        low = head.weight.dtype in LOW_PRECISION and getattr(head, "_interp_float32_logits", True)
+        w = _float32_weight(head) if low else head.weight
+        out = torch.einsum("bsd,bkd->bsk", x.to(w.dtype), w[idx])
+        if head.bias is not None:
+            out = out + head.bias.to(w.dtype)[idx][:, None, :]
+        return out
+
+    head.__dict__["forward"] = forward
+    try:
+        yield
+    finally:
+        if prev is missing:
+            head.__dict__.pop("forward", None)
+        else:
+            head.__dict__["forward"] = prev

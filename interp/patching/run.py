@@ -43,12 +43,14 @@ need; the LM head and attention's reads of cached keys are not counted).
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from dataclasses import asdict
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
+from interp.hooks.float_logits import head_columns
 from interp.runtime.distributed import fingerprint, map_units
 from interp.sites import Site
 from interp.patching.cells import GRID_SITES, CellPatch, Cells
@@ -96,6 +98,8 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
         check_gap(gap, metric_name(config.metric))
 
     budget = 16384 if model.device.type == "cuda" else 2048  # tokens per pass (CPU: cache-friendly batches)
+    get_head = getattr(model.hf, "get_output_embeddings", None)
+    two_logits = mcfg.metric == "logit_diff" and callable(get_head) and isinstance(get_head(), torch.nn.Linear)
     n_forward = n_rows = n_prefix_rows = n_skip_rows = tokens = 0
     work_bound = work_done = 0.0
     L = spec.n_layers
@@ -123,7 +127,10 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
                           head=ax.get("head", ax.get("kv_head", torch.full((n,), -1, dtype=torch.long))),
                           pair=torch.as_tensor(rp, dtype=torch.long))
             idx = torch.as_tensor(rp, dtype=torch.long)
-            with torch.no_grad(), model.intervene(CellPatch(kind, cells, donor[kind.value])):
+            # the logit difference reads two logits of each row: the head computes just those
+            cols = torch.tensor([[pairs[i].answer, pairs[i].wrong] for i in rp]) if two_logits else None
+            with torch.no_grad(), model.intervene(CellPatch(kind, cells, donor[kind.value])), \
+                    (head_columns(model.hf, cols) if two_logits else nullcontext()):
                 if p0 > 0:  # every row of the chunk has this prompt length and patches position p0 first
                     n_tok = int(lengths[rp[0]])
                     cache = _prefix_cache(base_acts, rp, T - n_tok, p0, model.spec.n_layers)
@@ -142,7 +149,9 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
             if progress is not None:
                 progress(n)
             done = (L - l0) / L * float(np.sum(n_tokens / n / lengths[rp]))  # each row's positions over its length
-            return {"raw": metric_values(mcfg, last, [pairs[i] for i in rp]), "tokens": n_tokens, "prefix_rows": n_prefix,
+            raw = ((last[:, 0] - last[:, 1]).float().cpu().numpy().astype(float) if two_logits
+                   else metric_values(mcfg, last, [pairs[i] for i in rp]))
+            return {"raw": raw, "tokens": n_tokens, "prefix_rows": n_prefix,
                     "skip_rows": n if l0 else 0, "work": done}
 
         key = json.dumps({"site": site, "config": repr(asdict(config)),

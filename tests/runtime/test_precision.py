@@ -135,6 +135,31 @@ def test_bf16_head_runs_one_float32_matmul_and_no_bf16_one():
         assert m.forward(ids(1, 6)).dtype is torch.bfloat16
 
 
+@pytest.mark.parametrize("family,dtype", [("llama", torch.bfloat16), ("gemma2", torch.bfloat16),
+                                          ("gemma2", torch.float32), ("gpt2", torch.float32)])
+def test_head_columns_are_the_full_logits_columns(family, dtype):
+    """Within head_columns the head returns each row's asked vocabulary columns only: equal to those columns of the
+    full logits (float32 for a bf16 model, Gemma-2's final softcap applied after), for every position kept; the
+    full head is back afterwards."""
+    from interp.hooks.float_logits import head_columns
+    from interp.models.tiny import tiny_random_hf
+
+    m = interp.Model(tiny_random_hf(family, True, seed=0).to(dtype).eval())
+    x = ids(3, 9)
+    cols = torch.tensor([[5, 17], [3, 3], [40, 2]])
+    with torch.no_grad():
+        full = m.forward(x)
+        with head_columns(m.hf, cols):
+            part = m.forward(x)
+            last = m.forward(x, last_only=True)
+        after = m.forward(x)
+    want = full.gather(-1, cols[:, None, :].expand(-1, full.shape[1], -1))
+    assert part.shape == (3, 9, 2) and part.dtype is torch.float32
+    assert torch.allclose(part, want, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(last[:, -1], want[:, -1], atol=1e-5, rtol=1e-5)
+    assert torch.equal(after, full)
+
+
 def test_float32_model_logits_are_untouched():
     from interp.models.tiny import tiny_random_hf
 
