@@ -2,7 +2,7 @@
 """How many rows an exact patching pass should hold, per model dtype: the CPU time of full resid_pre grids when a
 pass's fixed cost (interp.patching.run.FORWARD_OVERHEAD_FLOP, which decides when rows are merged into one pass at
 the price of recomputed base-run tokens and layers) is set to each of several values, in float32 and in bfloat16.
-The value with the least CPU time per dtype is the one interp uses (docs/precision.md#speed).
+interp uses one value for both dtypes, the one best over the tasks and dtypes (docs/precision.md#speed).
 
 Each (dtype, task) runs in a fresh process, one torch thread, the model loaded and warmed before the clock; every
 value runs the same grid, and its effects are compared with the first value's (merging changes no number beyond
@@ -40,10 +40,9 @@ def child_main(spec: dict) -> None:
     pairs = patch_pairs(model, spec["task"], T, n)
     cfg = interp.PatchingConfig(sites=("resid_pre",), n_boot=10)
     interp.run_patching(model, pairs[:1], interp.PatchingConfig(sites=("resid_pre",), n_boot=10, positions=(-1,)))
-    key = ("cpu", spec["dtype"])
     rows, first = [], None
     for flop in spec["flops"]:
-        run.FORWARD_OVERHEAD_FLOP[key] = flop
+        run.FORWARD_OVERHEAD_FLOP["cpu"] = flop
         c0, t0 = time.process_time(), time.perf_counter()
         with torch.no_grad():
             r = interp.run_patching(model, pairs, cfg)
@@ -77,7 +76,7 @@ def main(argv=None) -> int:
                 print(f"{task} {dtype}: {r['error']}")
                 continue
             best = min(r["rows"], key=lambda x: x["cpu_s"])
-            used = FORWARD_OVERHEAD_FLOP[("cpu", dtype)]
+            used = FORWARD_OVERHEAD_FLOP["cpu"]
             out_rows.append({**spec, **r, "best_flop": best["overhead_flop"], "used_flop": used})
             for x in r["rows"]:
                 mark = (" best" if x is best else "") + (" (interp's)" if x["overhead_flop"] == used else "")

@@ -400,19 +400,6 @@ def test_chunks_group_by_start_layer_and_merge_only_where_a_pass_costs_more():
     assert all(len(set(prefix[sel].tolist())) == 1 for sel, _, _ in exact)
 
 
-def test_pass_overhead_follows_the_model_dtype():
-    """A pass's fixed cost is worth more FLOP where the dtype's matmuls run faster (bfloat16 on the CPU), so a
-    bfloat16 model merges rows into fewer, larger passes."""
-    from interp.models.tiny import tiny_random_hf
-    from interp.patching.run import FORWARD_OVERHEAD_FLOP, _overhead_token_layers
-
-    m32 = interp.Model(tiny_random_hf("llama", True, seed=0))
-    m16 = interp.Model(tiny_random_hf("llama", True, seed=0).to(torch.bfloat16))
-    ratio = FORWARD_OVERHEAD_FLOP[("cpu", "bfloat16")] / FORWARD_OVERHEAD_FLOP[("cpu", "float32")]
-    assert ratio > 1
-    assert _overhead_token_layers(m16) == pytest.approx(ratio * _overhead_token_layers(m32))
-
-
 def test_prob_and_kl_metrics_by_hand():
     """--metric prob is p(answer); --metric kl is KL(donor || run) in nats, 0 for the donor run: the unpatched
     values equal plain-transformers forwards, and every patched cell equals the same metric written as a callable."""
