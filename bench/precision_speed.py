@@ -89,10 +89,16 @@ def child_main(spec: dict) -> None:
         c = load_config(spec["model"])
         shapes = [(16, c.hidden_size, c.intermediate_size), (T, c.hidden_size, c.intermediate_size), (2048, 2048, 2048)]
         rows = []
-        for m, k, n in shapes:
-            a, b = torch.randn(m, k, dtype=dt), torch.randn(k, n, dtype=dt)
-            r = _timed(lambda: a @ b, reps)
-            rows.append({"shape": [m, k, n], "gflops": 2 * m * k * n / r["median_wall_s"] / 1e9, **r})
+        for m, k, n in shapes:  # as a linear layer computes it (weight [n, k]), calls enough for ~0.5 s per repeat
+            a, w = torch.randn(m, k, dtype=dt), torch.randn(n, k, dtype=dt)
+            calls = max(1, int(0.5 * 100e9 / (2 * m * k * n)))
+
+            def many():
+                for _ in range(calls):
+                    torch.nn.functional.linear(a, w)
+            r = _timed(many, reps)
+            rows.append({"shape": [m, k, n], "calls": calls,
+                         "gflops": 2 * m * k * n * calls / r["median_wall_s"] / 1e9, **r})
         print("RESULT " + json.dumps({"matmul": rows}))
         return
     if work == "sdpa":
@@ -184,6 +190,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--only", default=",".join(WORKS), help="comma-separated kinds of work: " + ", ".join(WORKS))
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--merge", action="store_true", help="keep the existing output's rows of the work not rerun")
     add_common_args(ap, "precision-speed", child_timeout=3600)
     args, torch = parse_and_setup(ap, argv, child_main)
     if args is None:
@@ -200,10 +207,18 @@ def main(argv=None) -> int:
                 msg = r.get("error") or (f"{r['median_cpu_s']:.2f} CPU s, peak {r['peak_bytes'] / 2**20:.0f} MiB"
                                          if "median_cpu_s" in r else "ok")
                 print(f"  {work:8s} T={seq:<5d} {dtype:9s} {msg}", flush=True)
-    res = {"model": args.model, "threads": args.threads, "env": bench_env(args, torch), "rows": rows,
-           "ratios": ratios(rows)}
     out = Path(args.out or f"bench/results/precision-speed-{args.model}-{args.device.split(':')[0]}"
                            f"{'-t%d' % args.threads if args.threads != 1 else ''}.json")
+    env = bench_env(args, torch)
+    for r in rows:
+        r["load_average_1_5_15"] = env["load_average_1_5_15"]
+    if args.merge and out.exists():  # the rows of work not rerun now, as measured before (each row has its load)
+        old = json.loads(out.read_text())
+        redone = {(r["work"], r["seq"], r["dtype"]) for r in rows}
+        kept = [{**r, "load_average_1_5_15": r.get("load_average_1_5_15", old["env"]["load_average_1_5_15"])}
+                for r in old["rows"] if (r["work"], r["seq"], r["dtype"]) not in redone]
+        rows = [r for w in WORKS for r in kept + rows if r["work"] == w]
+    res = {"model": args.model, "threads": args.threads, "env": env, "rows": rows, "ratios": ratios(rows)}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1))
     for r in res["ratios"]:

@@ -201,7 +201,7 @@ WORK_LABEL = {"sdpa": "torch's CPU attention kernel alone (one layer's heads, ca
               "rows": "attention rows (4 queries, every head), {seq} tokens", "detect": "retrieval detection, 2 NIAH prompts of {seq} tokens",
               "ablate": "forward with 25% of heads zero-ablated, 1 x {seq} tokens",
               "patch": "exact patching, resid_pre x every layer x every position, 8 IOI pairs",
-              "patch-niah": "exact patching, resid_pre x every layer x every position, 1 NIAH pair of {seq} tokens",
+              "patch-niah": "exact patching, resid_pre x every layer x every position, 1 NIAH pair (context length {seq})",
               "atp": "AtP-QK of head_out and resid_pre, 8 IOI pairs"}
 
 
@@ -212,7 +212,8 @@ def precision_rows() -> list[tuple[str, ...]]:
         for r in (d or {}).get("ratios", []):
             if r["work"] == "matmul":
                 for shape, f, b in zip(r["shapes"], r["peaks"]["float32"], r["peaks"]["bfloat16"]):
-                    rows.append((f"matmul {'x'.join(map(str, shape))}, one thread", "bfloat16 / float32, GFLOPS",
+                    threads = "one thread" if d.get("threads", 1) == 1 else f"{d['threads']} threads"
+                    rows.append((f"matmul {'x'.join(map(str, shape))} (F.linear), {threads}", "bfloat16 / float32, GFLOPS",
                                  f"{b / f:.1f}x ({b:.0f} / {f:.0f})", name, cmd))
                 continue
             work = "patch-niah" if r["work"] == "patch" and r["seq"] else r["work"]
@@ -221,6 +222,24 @@ def precision_rows() -> list[tuple[str, ...]]:
             if r.get("gflops"):
                 rows.append((what, "achieved GFLOPS, bfloat16 (float32)",
                              f"{r['gflops']['bfloat16']:.0f} ({r['gflops']['float32']:.0f})", name, cmd))
+    return rows
+
+
+def thread_rows() -> list[tuple[str, ...]]:
+    """Wall time of the same work on one thread and on two (precision-speed's two files), per dtype."""
+    one, two = _load("precision-speed-smollm2-135m-cpu.json"), _load("precision-speed-smollm2-135m-cpu-t2.json")
+    if one is None or two is None:
+        return []
+    by = {(r["work"], r["seq"], r["dtype"]): r for r in one["rows"] if "median_wall_s" in r}
+    rows = []
+    for r in two["rows"]:
+        k = (r["work"], r["seq"], r["dtype"])
+        if "median_wall_s" not in r or k not in by or r["work"] not in ("forward", "detect", "patch"):
+            continue
+        work = "patch-niah" if r["work"] == "patch" and r["seq"] else r["work"]
+        rows.append((f"{WORK_LABEL[work].format(seq=r['seq'])}, SmolLM2-135M, {r['dtype']}", "wall time, 1 thread / 2 threads",
+                     f"{by[k]['median_wall_s'] / r['median_wall_s']:.2f}x", "precision-speed-smollm2-135m-cpu-t2.json",
+                     PRECISION["precision-speed-smollm2-135m-cpu-t2.json"][1]))
     return rows
 
 
@@ -247,7 +266,7 @@ def streaming_rows() -> list[tuple[str, ...]]:
 def table() -> str:
     head = ["| measurement | ratio of | value | result | command |", "|---|---|---|---|---|"]
     rows = (patching_rows() + attribution_rows() + overhead_rows() + detect_rows() + detect_real_rows()
-            + store_rows() + load_rows() + precision_rows() + streaming_rows())
+            + store_rows() + load_rows() + precision_rows() + thread_rows() + streaming_rows())
     return "\n".join(head + [f"| {w} | {o} | {v} | `bench/results/{f}` | `{c}` |" for w, o, v, f, c in rows])
 
 
