@@ -28,6 +28,22 @@ def _float32_weight(module: torch.nn.Module) -> torch.Tensor:
     return cached[1]
 
 
+def output_head(hf) -> torch.nn.Linear | None:
+    """The output head (unembedding) of a transformers model when it is a linear layer, else None."""
+    get = getattr(hf, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    return head if isinstance(head, torch.nn.Linear) else None
+
+
+def _logit_weights(module: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The (weight, bias) the logits are computed with: float32 copies for a low-precision head with float32 logits
+    on, else the head's own."""
+    w, b = module.weight, module.bias
+    if w.dtype in LOW_PRECISION and getattr(module, "_interp_float32_logits", True):
+        return _float32_weight(module), None if b is None else b.float()
+    return w, b
+
+
 class Float32Head:
     """The output head's forward, replaced on the instance: a float32 matmul of the final hidden state with the
     float32 copy of a low-precision weight (the model's own low-precision head matmul is not run as well), else
@@ -40,13 +56,12 @@ class Float32Head:
         self.wrapped = "forward" in module.__dict__
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        module = self.module
-        w = module.weight
-        if w.dtype not in LOW_PRECISION or w.device.type == "meta" or not getattr(module, "_interp_float32_logits",
-                                                                                   True):
+        if self.module.weight.device.type == "meta":  # an offloaded head (accelerate): its own forward
             return self.inner(x)
-        bias = module.bias
-        return F.linear(x.float(), _float32_weight(module), None if bias is None else bias.float())
+        w, bias = _logit_weights(self.module)
+        if w is self.module.weight:  # a float32 head, or float32 logits turned off
+            return self.inner(x)
+        return F.linear(x.float(), w, bias)
 
     def remove(self) -> None:
         if self.module.__dict__.get("forward") is self:
@@ -59,9 +74,8 @@ def install_float32_logits(hf) -> Float32Head | None:
     """Make the output head of `hf` (a transformers model) return float32 logits when its weights are bfloat16 or
     float16 (a no-op for float32 models). Returns the installed head forward (`.remove()` undoes it), None when
     the model has no output head."""
-    get = getattr(hf, "get_output_embeddings", None)
-    head = get() if callable(get) else None
-    if not isinstance(head, torch.nn.Linear):
+    head = output_head(hf)
+    if head is None:
         return None
     if isinstance(head.__dict__.get("forward"), Float32Head):
         return head.__dict__["forward"]
@@ -72,8 +86,7 @@ def install_float32_logits(hf) -> Float32Head | None:
 
 def set_float32_logits(hf, enabled: bool) -> None:
     """Turn the float32 unembedding of `hf` on or off (on by default; off gives the model's own logits)."""
-    get = getattr(hf, "get_output_embeddings", None)
-    head = get() if callable(get) else None
+    head = output_head(hf)
     if head is not None:
         object.__setattr__(head, "_interp_float32_logits", bool(enabled))
         if not enabled and hasattr(head, _CACHE):
@@ -89,7 +102,7 @@ def head_columns(hf, columns: torch.Tensor):
     logit difference of exact patching): the head's weight is read for k rows instead of the vocabulary, which on
     a 49K-word vocabulary is most of a short pass's fixed cost. An offloaded head (meta weights) runs whole and
     its columns are gathered."""
-    head = hf.get_output_embeddings()
+    head = output_head(hf)
     missing = object()
     prev = head.__dict__.get("forward", missing)
     inner = head.forward
@@ -99,12 +112,9 @@ def head_columns(hf, columns: torch.Tensor):
         if head.weight.device.type == "meta":
             full = inner(x)
             return full.gather(-1, idx[:, None, :].expand(-1, full.shape[1], -1))
-        low = head.weight.dtype in LOW_PRECISION and getattr(head, "_interp_float32_logits", True)
-        w = _float32_weight(head) if low else head.weight
+        w, bias = _logit_weights(head)
         out = torch.einsum("bsd,bkd->bsk", x.to(w.dtype), w[idx])
-        if head.bias is not None:
-            out = out + head.bias.to(w.dtype)[idx][:, None, :]
-        return out
+        return out if bias is None else out + bias[idx][:, None, :]
 
     head.__dict__["forward"] = forward
     try:

@@ -50,7 +50,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from interp.hooks.float_logits import head_columns
+from interp.hooks.float_logits import head_columns, output_head
 from interp.runtime.distributed import fingerprint, map_units
 from interp.sites import Site
 from interp.patching.cells import GRID_SITES, CellPatch, Cells
@@ -98,8 +98,7 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
         check_gap(gap, metric_name(config.metric))
 
     budget = 16384 if model.device.type == "cuda" else 2048  # tokens per pass (CPU: cache-friendly batches)
-    get_head = getattr(model.hf, "get_output_embeddings", None)
-    two_logits = mcfg.metric == "logit_diff" and callable(get_head) and isinstance(get_head(), torch.nn.Linear)
+    two_logits = mcfg.metric == "logit_diff" and output_head(model.hf) is not None
     n_forward = n_rows = n_prefix_rows = n_skip_rows = tokens = 0
     work_bound = work_done = 0.0
     L = spec.n_layers
