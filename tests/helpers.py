@@ -1,5 +1,6 @@
 """Shared builders for tests: pairs of identical tiny models, one plain HF, one wrapped."""
 
+import sys
 from pathlib import Path
 
 import torch
@@ -223,4 +224,31 @@ def o_proj_zeroed_logits(hf, heads, head_dim: int, x) -> torch.Tensor:
             return hf(x).logits
     finally:
         for h in handles:
+            h.remove()
+
+
+def attn_modules(hf):
+    """The attention module of every layer of a plain HF decoder (Llama-like or GPT-NeoX)."""
+    layers = hf.model.layers if hasattr(hf, "model") else hf.gpt_neox.layers
+    return [getattr(l, "self_attn", None) or l.attention for l in layers]
+
+
+def rope_hooked_logits(plain, x, mask, layer: int, fn):
+    """Logits of plain HF with its apply_rotary_pos_emb replaced, at layer `layer` only, by
+    `fn(orig, q, k, cos, sin, *a, **kw)` (other layers call the original): the independent reference of the RoPE
+    interventions."""
+    attn = attn_modules(plain)
+    mod = sys.modules[type(attn[0]).__module__]
+    orig, current = mod.apply_rotary_pos_emb, [None]
+
+    def patched(q, k, cos, sin, *a, **kw):
+        return fn(orig, q, k, cos, sin, *a, **kw) if current[0] == layer else orig(q, k, cos, sin, *a, **kw)
+
+    hooks = [m.register_forward_pre_hook(lambda m, a, i=i: current.__setitem__(0, i)) for i, m in enumerate(attn)]
+    mod.apply_rotary_pos_emb = patched
+    try:
+        return hf_out(plain, x, mask).logits
+    finally:
+        mod.apply_rotary_pos_emb = orig
+        for h in hooks:
             h.remove()

@@ -72,7 +72,7 @@ CHILD = textwrap.dedent("""
     import interp
     from interp import stats
     from interp.analyses.retrieval import RetrievalConfig, detect_retrieval_heads
-    from interp.cli.budget import batch_for
+    from interp.models.batching import batch_for
     from interp.runtime.provenance import provenance
     from interp.tasks.niah import NiahConfig, build_niah
 

@@ -3,8 +3,6 @@ independent reference: the plain HF model with apply_rotary_pos_emb wrapped so t
 are averaged by hand (calibration) or replaced before the model's own rotation (the patch), on tiny models of every
 RoPE family (MHA and GQA, partial rotary, Gemma-3's per-layer theta), left-padded batches and cached decoding."""
 
-import sys
-
 import pytest
 import torch
 
@@ -12,17 +10,12 @@ from interp.errors import InvalidInputError
 from interp.hooks.bandpatch import MeanPairs, pair_means
 from interp.hooks.interventions import ZeroRopeDims
 
-from tests.helpers import DECODERS, hf_out, ids, left_padded, pair
+from tests.helpers import DECODERS, ids, left_padded, pair, rope_hooked_logits
 
 ROPE = [(f, g) for f, g in DECODERS if f != "gpt2"]
 ROPE_IDS = [f"{f}-{'gqa' if g else 'mha'}" for f, g in ROPE]
 LAYER = 1
 PAIRS = (0, 2, 3)
-
-
-def _attn_modules(hf):
-    layers = hf.model.layers if hasattr(hf, "model") else hf.gpt_neox.layers
-    return [getattr(l, "self_attn", None) or l.attention for l in layers]
 
 
 def _half(model):
@@ -32,25 +25,6 @@ def _half(model):
 def _dims(model, pairs):
     h = _half(model)
     return list(pairs), [p + h for p in pairs]  # HF's rotate_half layout: pair j = dims (j, j + rotary/2)
-
-
-def _with_rope_hook(plain, fn, x, mask):
-    """Run plain HF with apply_rotary_pos_emb replaced by fn(orig, q, k, cos, sin, *a, **kw) at layer LAYER."""
-    attn = _attn_modules(plain)
-    mod = sys.modules[type(attn[0]).__module__]
-    orig, current = mod.apply_rotary_pos_emb, [None]
-
-    def patched(q, k, cos, sin, *a, **kw):
-        return fn(orig, q, k, cos, sin, *a, **kw) if current[0] == LAYER else orig(q, k, cos, sin, *a, **kw)
-
-    hooks = [m.register_forward_pre_hook(lambda m, a, i=i: current.__setitem__(0, i)) for i, m in enumerate(attn)]
-    mod.apply_rotary_pos_emb = patched
-    try:
-        return hf_out(plain, x, mask).logits
-    finally:
-        mod.apply_rotary_pos_emb = orig
-        for h in hooks:
-            h.remove()
 
 
 def _texts():
@@ -73,7 +47,7 @@ def _reference_means(plain, model):
 
     for t in _texts():
         x = torch.tensor([t])
-        _with_rope_hook(plain, grab, x, torch.ones_like(x))
+        rope_hooked_logits(plain, x, torch.ones_like(x), LAYER, grab)
     return {side: (v / tot, n / tot) for side, (v, n, tot) in acc.items()}
 
 
@@ -103,7 +77,7 @@ def _reference(plain, model, x, mask, q_heads, kv_heads, mode, side, pairs, ref_
                 t[:, hs] = sub
         return qe, ke
 
-    return _with_rope_hook(plain, swap, x, mask)
+    return rope_hooked_logits(plain, x, mask, LAYER, swap)
 
 
 def _run(model, x, mask, *ivs):

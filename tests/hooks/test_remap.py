@@ -2,7 +2,6 @@
 recompute RoPE at the remapped positions for one layer's heads (frequencies read back off that layer's own
 cos/sin), on tiny models of every RoPE family, left-padded batches, llama3 / YaRN scaling and partial rotary."""
 
-import sys
 
 import pytest
 import torch
@@ -14,16 +13,11 @@ from interp.errors import InvalidInputError
 from interp.hooks.remap import RemapPositions
 from interp.models.tiny import tiny_config
 
-from tests.helpers import DECODERS, hf_out, ids, left_padded, pair
+from tests.helpers import DECODERS, attn_modules, ids, left_padded, pair, rope_hooked_logits
 
 ROPE = [(f, g) for f, g in DECODERS if f != "gpt2"]
 ROPE_IDS = [f"{f}-{'gqa' if g else 'mha'}" for f, g in ROPE]
 LAYER = 1
-
-
-def _attn_modules(hf):
-    layers = hf.model.layers if hasattr(hf, "model") else hf.gpt_neox.layers
-    return [getattr(l, "self_attn", None) or l.attention for l in layers]
 
 
 def _reference(plain, x, mask, layer, q_heads, kv_heads, scale=1.0, offset=0.0, shift=0.0, pairs=None, seen=None):
@@ -31,10 +25,6 @@ def _reference(plain, x, mask, layer, q_heads, kv_heads, scale=1.0, offset=0.0, 
     shift, keys of `kv_heads` at s*j + shift (only rotary pairs `pairs`, default all). The frequencies and the
     cos/sin magnitude are read off the cos/sin the layer gets (position 1 of row 0). `seen`: a dict that gets
     the layer's remapped query as "q"."""
-    attn = _attn_modules(plain)
-    mod = sys.modules[type(attn[0]).__module__]
-    orig = mod.apply_rotary_pos_emb
-    current = [None]
     pos = (mask.cumsum(-1) - 1).clamp(min=0).float()  # [b, s]
     assert (mask[0] == 1).all()
 
@@ -52,10 +42,8 @@ def _reference(plain, x, mask, layer, q_heads, kv_heads, scale=1.0, offset=0.0, 
             c, s_ = torch.where(keep, cos, c), torch.where(keep, sin, s_)
         return c, s_
 
-    def patched(q, k, cos, sin, *a, **kw):
+    def patched(orig, q, k, cos, sin, *a, **kw):
         qe, ke = orig(q, k, cos, sin, *a, **kw)
-        if current[0] != layer:
-            return qe, ke
         qe2, _ = orig(q, k, *cos_sin(cos, sin, pos * scale + offset + shift), *a, **kw)
         _, ke2 = orig(q, k, *cos_sin(cos, sin, pos * scale + shift), *a, **kw)
         qe, ke = qe.clone(), ke.clone()
@@ -65,14 +53,7 @@ def _reference(plain, x, mask, layer, q_heads, kv_heads, scale=1.0, offset=0.0, 
             seen["q"] = qe
         return qe, ke
 
-    hooks = [m.register_forward_pre_hook(lambda m, a, i=i: current.__setitem__(0, i)) for i, m in enumerate(attn)]
-    mod.apply_rotary_pos_emb = patched
-    try:
-        return hf_out(plain, x, mask).logits
-    finally:
-        mod.apply_rotary_pos_emb = orig
-        for h in hooks:
-            h.remove()
+    return rope_hooked_logits(plain, x, mask, layer, patched)
 
 
 def _remapped(model, x, mask, *ivs):
@@ -157,7 +138,7 @@ def test_one_head_of_a_group_leaves_the_others(family):
     assert torch.equal(got[:, :, 1:], clean[:, :, 1:])
     qh, kvh = _group(model)
     o_in, seen = {}, {}
-    o_proj = (_attn_modules(plain)[LAYER]).o_proj
+    o_proj = (attn_modules(plain)[LAYER]).o_proj
     h = o_proj.register_forward_pre_hook(lambda m, a: o_in.__setitem__(0, a[0]))
     try:
         _reference(plain, x, mask, LAYER, qh, kvh, scale=0.5, seen=seen)
