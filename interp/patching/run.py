@@ -5,9 +5,9 @@ the roles of the two prompts):
 1. Base and donor baselines: the base prompts (corrupt) and the donor prompts (clean) of every pair
    run once; the donor run records the activations the grid needs (and only those), end-aligned
    and left-padded ([n_pairs, T, ...] per layer and kind).
-2. Rows: one per (pair, cell). Rows are sorted by pair length and cut into chunks of at most
-   `max_batch` rows; each chunk is one forward pass of the base prompts, left-padded, with a
-   `CellPatch` per site kind that writes each row's own cell from its pair's donor activations.
+2. Rows: one per (pair, cell), cut into passes (see the pass plan below); each pass is one forward
+   pass of the base prompts, left-padded, with a `CellPatch` per site kind that writes each row's own
+   cell from its pair's donor activations.
 3. Metric on the last position's logits (the LM head runs on that position only): the logit
    difference answer - wrong (default), the answer's log-prob, or a callable
    `fn(last_logits [rows, vocab], pairs) -> [rows]`. Normalised (default) per pair as
@@ -17,20 +17,26 @@ the roles of the two prompts):
    `excluded_pairs`).
 4. Per cell: the mean over the pairs that have it and a percentile bootstrap CI over pairs.
 
-Reuse of the unpatched prefix (`reuse_prefix`, default on): a row that patches position p (the
+Reuse of the unpatched prefix (`reuse_prefix`, default on): a row that patches position -k (the
 per-position sites: resid_*, attn_out, mlp_out, head_out_by_pos) leaves every earlier position of
-every layer as in the base run (attention is causal). Such rows are grouped by (prompt length, p);
-each group starts from the base run's keys and values of positions < p (captured once, post-RoPE,
-what the KV cache holds) and computes positions p.. only. Exact up to float rounding (the
-equality tests run with it on and off). All-position cells (head_out, q, k, v) change position 0
-already, so they run whole.
+every layer as in the base run (attention is causal), so it needs to compute its last k positions
+only. A pass computes the last w positions of each of its rows (w: the largest k among them), whatever
+their prompt lengths: everything is end-aligned, so the positions before the window are the same
+padded indices of the left-padded base batch for every row, and they come from the base run's keys
+and values (captured once, post-RoPE, what the KV cache holds; the left padding of shorter prompts
+stays masked as in the base run). Exact up to float rounding (the equality tests run with it on and
+off, on pairs of different lengths sharing passes). All-position cells (head_out, q, k, v) change
+position 0 already, so they run whole.
 
 Layer skipping (`skip_layers`, default on): a row whose cell sits at layer l leaves layers < l as in
 the base run, so it starts at layer l from the base run's residual stream entering that layer
 (captured once; `models.skip.start_at`), with the KV cache of earlier positions as above. A pass
-starts at the lowest start layer of its rows; rows are grouped by start layer, and passes are only
-merged across start layers where a separate pass would cost more (its fixed overhead) than the
-layers the merge recomputes. Exact up to float rounding (the equality tests run with it on and off).
+starts at the lowest start layer of its rows. Exact up to float rounding (the equality tests run with it on
+and off).
+
+The pass plan (`_chunks`): rows are grouped by start layer and window, and passes are only merged
+across start layers or windows where a separate pass would cost more (its fixed overhead) than the
+layers and positions the merge recomputes.
 
 The work bound: a row patching layer l at token p of an n-token prompt (p = 0 for all-position
 cells) must recompute the share (L - l) / L x (n - p) / n of one forward pass of its prompt; the sum
@@ -82,14 +88,14 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
     spec = model.spec
     base_seqs, donor_seqs, lengths, T = sides(pairs, config.direction)
     anchors, labels = aligned_axis(pairs, config, lengths)
-    donor_batch = model.pad(donor_seqs)
+    donor_batch, base_batch = model.pad(donor_seqs), model.pad(base_seqs)
     reuse = config.reuse_prefix and any("position" in GRID_SITES[s][1] for s in config.sites)
     skip = config.skip_layers and spec.n_layers > 1
     base_sites = (("k", "v") if reuse else ()) + (("resid_pre",) if skip else ())
     with torch.no_grad():
         donor, donor_last = _capture_run(model, donor_batch, config.sites)
-        base_acts, base_last = _capture_run(model, model.pad(base_seqs), base_sites) if base_sites else (
-            None, model.forward(model.pad(base_seqs), last_only=True)[:, -1])
+        base_acts, base_last = _capture_run(model, base_batch, base_sites) if base_sites else (
+            None, model.forward(base_batch, last_only=True)[:, -1])
     mcfg = kl_to_donor(config, donor_last, pairs) if config.metric == "kl" else config  # what metric_values evaluates
     donor_value, base_value = metric_values(mcfg, donor_last, pairs), metric_values(mcfg, base_last, pairs)
     gap = donor_value - base_value
@@ -110,15 +116,16 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
         order = np.argsort(lengths[row_pair], kind="stable")
         row_pair, row_cell, row_k = row_pair[order], row_cell[order], row_k[order]
         raw = np.full(len(row_pair), np.nan)
-        prefix = (lengths[row_pair] - row_k) if (reuse and "position" in axes) else np.zeros(len(row_pair), int)
+        # the positions a row computes, counted from the end: from its cell on (with prefix reuse), else all
+        need = row_k if (reuse and "position" in axes) else lengths[row_pair]
         start = row_cell[:, 0] if skip else np.zeros(len(row_pair), int)  # axis 0 is the layer of every grid site
-        chunks = _chunks(lengths[row_pair], prefix, start, config.max_batch, budget, overhead, L)
+        chunks = _chunks(need, start, config.max_batch, budget, overhead, L)
         n_pos = np.where(row_k > 0, row_k, lengths[row_pair])  # positions from the cell on (all: every position)
         work_bound += float(np.sum((L - row_cell[:, 0]) / L * n_pos / lengths[row_pair]))
 
         def unit(j: int, site=site, kind=kind, axes=axes, row_pair=row_pair, row_cell=row_cell, row_k=row_k,
                  chunks=chunks) -> dict:  # one forward pass of patched rows: a sweep unit
-            sel, p0, l0 = chunks[j]
+            sel, w, l0 = chunks[j]
             rp, rc = row_pair[sel], row_cell[sel]
             n = len(rp)
             ax = {a: torch.as_tensor(rc[:, i], dtype=torch.long) for i, a in enumerate(axes)}
@@ -126,25 +133,22 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
                           head=ax.get("head", ax.get("kv_head", torch.full((n,), -1, dtype=torch.long))),
                           pair=torch.as_tensor(rp, dtype=torch.long))
             idx = torch.as_tensor(rp, dtype=torch.long)
+            # the pass computes the last w positions of every row (end-aligned: padded indices T-w..T-1 of the
+            # base batch) from layer l0 on; the c positions before them, up to the longest prompt, come from the
+            # base run's keys and values (left padding included, masked as in the base run)
+            c = int(lengths[rp].max()) - w
             # the logit difference reads two logits of each row: the head computes just those
             cols = torch.tensor([[pairs[i].answer, pairs[i].wrong] for i in rp]) if two_logits else None
+            hidden = base_acts["resid_pre"][l0][idx, T - w:] if l0 else None
             with torch.no_grad(), model.intervene(CellPatch(kind, cells, donor[kind.value])), \
-                    (head_columns(model.hf, cols) if two_logits else nullcontext()):
-                if p0 > 0:  # every row of the chunk has this prompt length and patches position p0 first
-                    n_tok = int(lengths[rp[0]])
-                    cache = _prefix_cache(base_acts, rp, T - n_tok, p0, model.spec.n_layers)
-                    ids = torch.tensor([base_seqs[i][p0:] for i in rp], device=model.device)
-                    mask = torch.ones((n, n_tok), dtype=torch.long, device=model.device)
-                    hidden = base_acts["resid_pre"][l0][idx, T - n_tok + p0:] if l0 else None
-                    with start_at(model, l0, hidden):
-                        last = model.forward_cached(ids, mask, cache)[:, -1]
-                    n_tokens, n_prefix = ids.numel(), n
+                    (head_columns(model.hf, cols) if two_logits else nullcontext()), start_at(model, l0, hidden):
+                if c > 0:
+                    cache = _prefix_cache(base_acts, idx, T - w - c, T - w, model.spec.n_layers)
+                    last = model.forward_cached(base_batch.input_ids[idx, T - w:],
+                                                base_batch.attention_mask[idx, T - w - c:], cache)[:, -1]
                 else:
-                    b = model.pad([base_seqs[i] for i in rp])
-                    hidden = base_acts["resid_pre"][l0][idx, T - b.input_ids.shape[1]:] if l0 else None
-                    with start_at(model, l0, hidden):
-                        last = model.forward(b, last_only=True)[:, -1]
-                    n_tokens, n_prefix = b.input_ids.numel(), 0
+                    last = model.forward(model.pad([base_seqs[i] for i in rp]), last_only=True)[:, -1]
+            n_tokens, n_prefix = n * w, (n if c > 0 else 0)
             if progress is not None:
                 progress(n)
             done = (L - l0) / L * float(np.sum(n_tokens / n / lengths[rp]))  # each row's positions over its length
@@ -154,7 +158,7 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
                     "skip_rows": n if l0 else 0, "work": done}
 
         key = json.dumps({"site": site, "config": repr(asdict(config)),
-                          "rows": fingerprint([c for c, _, _ in chunks], [[p for _, p, _ in chunks],
+                          "rows": fingerprint([c for c, _, _ in chunks], [[w for _, w, _ in chunks],
                                                                             [l for _, _, l in chunks]],
                                               [row_pair, row_cell]),
                           "pairs": fingerprint([p.clean for p in pairs], [p.corrupt for p in pairs],
@@ -199,55 +203,43 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
         sources=[p.source for p in pairs])
 
 
-def _chunks(lengths: np.ndarray, prefix: np.ndarray, start: np.ndarray, max_batch: int | None, budget: int,
-            overhead: float = 0.0, n_layers: int | None = None):
-    """(row indices, prefix, start layer) per forward pass. Rows with a reusable prefix (> 0) are grouped by
-    prompt length, the rest run whole, sorted by length. A pass computes the tokens from its prefix p0 (the
-    lowest prefix of its rows) on, from its start layer l0 (the lowest start layer of its rows) up: a row whose
-    own prefix or start is higher recomputes base-run tokens or layers (exact, but work). Rows are taken in
-    one of two orders (start layer, then prefix, highest first; or prefix, then start layer), and a pass is cut
-    when adding the next row would add more extra token-layers than `overhead` (a forward pass's fixed cost in
-    token-layers), or more than `max_batch` rows (default: about `budget` computed tokens); of the two orders
-    the one whose passes cost less (token-layers + `overhead` per pass) is taken."""
+def _chunks(need: np.ndarray, start: np.ndarray, max_batch: int | None, budget: int, overhead: float = 0.0,
+            n_layers: int | None = None) -> list[tuple[np.ndarray, int, int]]:
+    """(row indices, window w, start layer l0) per forward pass. Row r must compute its last `need[r]` positions
+    (end-aligned: from its cell to the end, or its whole prompt) from layer `start[r]` on; a pass computes the last
+    w positions (the largest need of its rows) of every row from l0 (the lowest start of its rows) on, whatever
+    the rows' prompt lengths: a row whose need is smaller or whose start is higher recomputes base-run positions
+    or layers (exact, but work). Rows are taken in one of two orders (start layer, highest first, then need; or
+    need, lowest first, then start layer), and a pass is cut when adding the next row would add more extra
+    token-layers than `overhead` (a forward pass's fixed cost in token-layers), or more than `max_batch` rows
+    (default: about `budget` computed tokens); of the two orders the one whose passes cost less (token-layers +
+    `overhead` per pass) is taken."""
     L = int(n_layers if n_layers is not None else (start.max() + 1 if len(start) else 1))
 
-    def cut(idx: np.ndarray, n: int, pre: np.ndarray, keys) -> tuple[list, float]:
-        idx = idx[np.lexsort(keys(pre[idx], start[idx]))]
-        out, lo, p0, l0, cost, total = [], 0, 0, 0, 0.0, 0.0
-        for i, r in enumerate(idx):
-            pr, sr = int(pre[r]), int(start[r])
-            own = (n - pr) * (L - sr)
+    def cut(order: np.ndarray) -> tuple[list, float]:
+        out, lo, w, l0, cost, total = [], 0, 0, 0, 0.0, 0.0
+        for i, r in enumerate(order):
+            nr, sr = int(need[r]), int(start[r])
+            own = nr * (L - sr)
             if i > lo:
-                q0, m0 = min(p0, pr), min(l0, sr)
-                grown = (i - lo + 1) * (n - q0) * (L - m0)
-                full = (i - lo + 1) * (n - q0) > budget if max_batch is None else i - lo >= max_batch
+                w1, m0 = max(w, nr), min(l0, sr)
+                grown = (i - lo + 1) * w1 * (L - m0)
+                full = (i - lo + 1) * w1 > budget if max_batch is None else i - lo >= max_batch
                 if not full and grown - cost - own <= overhead:  # the extra work this row adds to the pass
-                    p0, l0, cost = q0, m0, grown
+                    w, l0, cost = w1, m0, grown
                     continue
-                out.append((idx[lo:i], p0, l0))
+                out.append((order[lo:i], w, l0))
                 total += cost + overhead
                 lo = i
-            p0, l0, cost = pr, sr, own
-        if len(idx):
-            out.append((idx[lo:], p0, l0))
+            w, l0, cost = nr, sr, own
+        if len(order):
+            out.append((order[lo:], w, l0))
             total += cost + overhead
         return out, total
 
-    def best(idx: np.ndarray, n: int, pre: np.ndarray) -> list:
-        by_layer = cut(idx, n, pre, lambda p, s: (-p, -s))  # lexsort: the last key is the primary one
-        by_prefix = cut(idx, n, pre, lambda p, s: (-s, -p))
-        return min(by_layer, by_prefix, key=lambda c: c[1])[0]
-
-    out = []
-    whole = np.nonzero(prefix == 0)[0]
-    if len(whole):
-        out += best(whole[np.argsort(lengths[whole], kind="stable")], int(lengths[whole].max()), np.zeros_like(prefix))
-    groups = {}
-    for i in np.nonzero(prefix > 0)[0]:
-        groups.setdefault(int(lengths[i]), []).append(i)
-    for n, idx in sorted(groups.items()):
-        out += best(np.array(idx), n, prefix)
-    return out
+    by_layer = cut(np.lexsort((need, -start)))  # lexsort: the last key is the primary one
+    by_need = cut(np.lexsort((-start, need)))
+    return min(by_layer, by_need, key=lambda c: c[1])[0]
 
 
 #: a forward pass's fixed cost in FLOP per device type: the seconds a pass costs beyond its token-proportional work
@@ -263,16 +255,15 @@ def _overhead_token_layers(model) -> float:
     return FORWARD_OVERHEAD_FLOP.get(model.device.type, FORWARD_OVERHEAD_FLOP["cpu"]) / (2 * max(per_layer, 1))
 
 
-def _prefix_cache(base_kv, pairs: np.ndarray, pad: int, p0: int, n_layers: int):
-    """A DynamicCache holding the base run's keys/values of positions 0..p0-1 of each row's pair
-    (rows all of one prompt length, left-padded by `pad` in the base batch)."""
+def _prefix_cache(base_kv, rows: torch.Tensor, a: int, b: int, n_layers: int):
+    """A DynamicCache holding the base run's keys/values at padded indices a..b-1 of each row's pair (the base
+    batch is left-padded and end-aligned: the same indices are the same position from the end in every pair)."""
     from transformers import DynamicCache
 
     cache = DynamicCache()
-    idx = torch.as_tensor(pairs, dtype=torch.long)
     for l in range(n_layers):
-        k = base_kv["k"][l][idx, pad:pad + p0].transpose(1, 2)  # [rows, kv_heads, p0, head_dim]
-        v = base_kv["v"][l][idx, pad:pad + p0].transpose(1, 2)
+        k = base_kv["k"][l][rows, a:b].transpose(1, 2)  # [rows, kv_heads, b - a, head_dim]
+        v = base_kv["v"][l][rows, a:b].transpose(1, 2)
         cache.update(k.contiguous(), v.contiguous(), l)
     return cache
 

@@ -371,33 +371,62 @@ def test_a_task_the_model_cannot_do_warns_that_normalised_values_are_noise(tmp_p
     assert code == 0 and "barely differ" not in err  # raw values divide by nothing
 
 
+@pytest.mark.parametrize("family,gqa", [("llama", True), ("gemma3", True), ("gpt2", False)])
+@pytest.mark.parametrize("site", ["resid_pre", "attn_out"])
+def test_passes_mixing_prompt_lengths_equal_the_naive_loop(family, gqa, site, monkeypatch):
+    """Pairs of 9, 3 and 7 tokens, passes of at most 5 rows: a pass computes the last w positions of rows of
+    different lengths, so a short pair's row is left-padded inside the window and the cached prefix holds padding
+    for the shorter pairs (both seen in the masks the cached passes get); every cell equals the naive loop."""
+    from interp.models.tiny import tiny_random_hf
+
+    model = interp.Model(tiny_random_hf(family, gqa=gqa, seed=0))
+    pairs = _pairs((9, 3, 7))
+    masks, cached = [], model.forward_cached
+
+    def spy(ids, mask, cache, *a, **kw):
+        masks.append((mask.clone(), ids.shape[1]))
+        return cached(ids, mask, cache, *a, **kw)
+
+    monkeypatch.setattr(model, "forward_cached", spy)
+    res = run_patching(model, pairs, PatchingConfig(sites=(site,), normalize=False, max_batch=5))
+    assert any(len(set(r.sum(-1).tolist())) > 1 for r, _ in masks)  # rows of different lengths in a cached pass
+    assert any(bool((r[:, -w:] == 0).any()) for r, w in masks)  # a row padded inside the computed window
+    assert any(bool((r[:, :-w] == 0).any()) for r, w in masks)  # padding in the cached prefix
+    got = np.array(res.sites[site].per_pair, dtype=float)
+    want = naive(model, pairs, site)
+    assert np.isnan(got).sum() == got.size - len(want)
+    assert max(abs(got[k] - v) for k, v in want.items()) <= TOL
+    assert max(abs(v - res.base_value[k[0]]) for k, v in want.items()) > 1e-3  # some cell moves the metric
+
+
 def test_chunks_group_by_start_layer_and_merge_only_where_a_pass_costs_more():
-    """Rows of a 30-layer x 128-token resid_pre grid (8 pairs): with no per-pass overhead every pass holds one
-    start layer and one prefix and the work done equals the bound W; a large overhead merges start layers and
-    prefixes (fewer passes, more work); every row lands in exactly one pass, at or below its own start layer and
-    prefix."""
+    """Rows of a 30-layer resid_pre grid over 8 pairs of 121-128 tokens: with no per-pass overhead every pass holds
+    one start layer and one window (positions from the end), rows of different prompt lengths together, and the
+    work done equals the bound W; a large overhead merges start layers and windows (fewer passes, more work);
+    every row lands in exactly one pass, at or below its own start layer, inside its window."""
     from interp.patching.run import _chunks
 
-    L, T, P = 30, 128, 8
-    layer = np.repeat(np.arange(L), T * P)
-    k = np.tile(np.repeat(np.arange(1, T + 1), P), L)
-    lengths, prefix = np.full(len(layer), T), T - k
-    bound = np.sum((L - layer) / L * k / T)
+    L, lengths = 30, np.arange(121, 129)
+    cells = [(l, i, k) for l in range(L) for i, n in enumerate(lengths) for k in range(1, n + 1)]
+    layer, pair, need = (np.array(x) for x in zip(*cells))
+    n = lengths[pair]
+    bound = np.sum((L - layer) / L * need / n)
 
-    def work(chunks):
-        return sum((L - l0) / L * len(sel) * (T - p0) / T for sel, p0, l0 in chunks)
+    def work(chunks):  # each row computes the pass's last w positions of its prompt from layer l0
+        return sum((L - l0) / L * np.sum(w / n[sel]) for sel, w, l0 in chunks)
 
-    exact = _chunks(lengths, prefix, layer, None, 2048, overhead=0.0)
-    merged = _chunks(lengths, prefix, layer, None, 2048, overhead=5000.0)
+    exact = _chunks(need, layer, None, 2048, overhead=0.0)
+    merged = _chunks(need, layer, None, 2048, overhead=5000.0)
     for chunks in (exact, merged):
         rows = np.concatenate([sel for sel, _, _ in chunks])
         assert sorted(rows.tolist()) == list(range(len(layer)))
-        assert all((layer[sel] >= l0).all() and (prefix[sel] >= p0).all() for sel, p0, l0 in chunks)
-    assert all((layer[sel] == l0).all() for sel, _, l0 in exact)
+        assert all((layer[sel] >= l0).all() and (need[sel] <= w).all() for sel, w, l0 in chunks)
+        assert all(len(sel) * w <= 2048 or len(sel) == 1 for sel, w, _ in chunks)  # the token budget
+    assert all((layer[sel] == l0).all() and (need[sel] == w).all() for sel, w, l0 in exact)
     assert work(exact) == pytest.approx(bound)
+    assert any(len(set(n[sel].tolist())) > 1 for sel, _, _ in exact)  # prompt lengths share passes
     assert len(merged) < len(exact) / 2 and work(merged) > bound
-    assert any(len(set(prefix[sel].tolist())) > 1 for sel, _, _ in merged)  # a pass may span several prefixes
-    assert all(len(set(prefix[sel].tolist())) == 1 for sel, _, _ in exact)
+    assert any(len(set(need[sel].tolist())) > 1 for sel, _, _ in merged)  # a pass may span several windows
 
 
 def test_prob_and_kl_metrics_by_hand():
