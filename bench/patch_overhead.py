@@ -4,6 +4,9 @@ pass's fixed cost (interp.patching.run.FORWARD_OVERHEAD_FLOP, which decides when
 the price of recomputed base-run tokens and layers) is set to each of several values, in float32 and in bfloat16.
 interp uses one value for both dtypes, the one best over the tasks and dtypes (docs/precision.md#speed).
 
+Where the pairs have several prompt lengths (IOI), the same grid also runs split by length, one grid per length,
+so that no pass mixes prompt lengths: the alternative to interp's passes, which share rows of any length.
+
 Each (dtype, task) runs in a fresh process, one torch thread, the model loaded and warmed before the clock; every
 value runs the same grid, and its effects are compared with the first value's (merging changes no number beyond
 the dtype's rounding: float32 ~1e-6, bfloat16 ~1e-2 of the normalised effect).
@@ -52,7 +55,16 @@ def child_main(spec: dict) -> None:
         rows.append({"overhead_flop": flop, "cpu_s": cpu, "wall_s": wall, "n_forward": r.n_forward,
                      "tokens": r.tokens_computed, "work_done": r.work_done, "work_bound": r.work_bound,
                      "max_abs_diff_vs_first": float(np.nanmax(np.abs(v - first)))})
-    print("RESULT " + json.dumps({"rows": rows, "pair_tokens": [len(p.clean) for p in pairs]}))
+    split = None
+    lengths = sorted({len(p.clean) for p in pairs})
+    if len(lengths) > 1:  # the alternative: no pass mixes prompt lengths (one grid per length, at interp's value)
+        run.FORWARD_OVERHEAD_FLOP["cpu"] = spec["used_flop"]
+        c0, n_fwd = time.process_time(), 0
+        with torch.no_grad():
+            for n_tok in lengths:
+                n_fwd += interp.run_patching(model, [p for p in pairs if len(p.clean) == n_tok], cfg).n_forward
+        split = {"cpu_s": time.process_time() - c0, "n_forward": n_fwd, "lengths": lengths}
+    print("RESULT " + json.dumps({"rows": rows, "pair_tokens": [len(p.clean) for p in pairs], "split_by_length": split}))
 
 
 def main(argv=None) -> int:
@@ -70,7 +82,8 @@ def main(argv=None) -> int:
     out_rows = []
     for task in args.tasks.split(","):
         for dtype in DTYPES:
-            spec = {"model": args.model, "task": task, "dtype": dtype, "threads": args.threads, "flops": flops}
+            spec = {"model": args.model, "task": task, "dtype": dtype, "threads": args.threads, "flops": flops,
+                    "used_flop": FORWARD_OVERHEAD_FLOP["cpu"]}
             r = run_child(spec, timeout=args.child_timeout, script=__file__)
             if "error" in r:
                 print(f"{task} {dtype}: {r['error']}")
@@ -83,6 +96,12 @@ def main(argv=None) -> int:
                 print(f"{task:5s} {dtype:9s} {x['overhead_flop']:8.2g} FLOP/pass: {x['cpu_s']:7.2f} CPU s, "
                       f"{x['n_forward']:4d} passes, work {x['work_done']:.0f} (bound {x['work_bound']:.0f}), "
                       f"max |diff| {x['max_abs_diff_vs_first']:.2g}{mark}", flush=True)
+            sp = r.get("split_by_length")
+            if sp:
+                mixed = next((x["cpu_s"] for x in r["rows"] if x["overhead_flop"] == used), None)
+                print(f"{task:5s} {dtype:9s} pairs split by prompt length {sp['lengths']} (no pass mixes lengths): "
+                      f"{sp['cpu_s']:7.2f} CPU s, {sp['n_forward']:4d} passes"
+                      + (f"; interp's mixed passes {sp['cpu_s'] / mixed:.2f}x faster" if mixed else ""), flush=True)
     ratios = []
     for task in dict.fromkeys(r["task"] for r in out_rows):
         by = {r["dtype"]: r for r in out_rows if r["task"] == task}

@@ -278,6 +278,8 @@ def markdown(res: dict) -> str:
     if "rope-zero" in a:
         r = a["rope-zero"]
         for f, b in zip(r["float32"][1:], r["bfloat16"][1:]):
+            if not f["dose"]:  # the unablated baseline, repeated as the grid's dose 0
+                continue
             rows.append((f"(iv) {f['dose']} lowest pairs zeroed: recall (random pairs / matched heads); task loss +",
                          f"{f['target']:.2f} ({f['random_dims']:.2f} / {f['matched_heads']:.2f}); "
                          f"{f['task_loss_diff']:+.2f}",

@@ -195,7 +195,11 @@ PRECISION = {"precision-speed-smollm2-135m-cpu.json": (
     "SmolLM2-135M", "python bench/precision_speed.py --model smollm2-135m --repeats 2"),
     "precision-speed-smollm2-135m-cpu-t2.json": (
     "SmolLM2-135M, 2 threads", "python bench/precision_speed.py --model smollm2-135m --threads 2 --only "
-                               "matmul,forward,detect,patch --repeats 2")}
+                               "matmul,forward,detect,patch --repeats 2"),
+    "precision-speed-smollm2-135m-cpu-avx512bf16.json": (
+    "SmolLM2-135M, a CPU with AVX512-BF16 and no AMX", "python bench/precision_speed.py --model smollm2-135m --only "
+                               "matmul,body,detect,patch --repeats 1 --out "
+                               "bench/results/precision-speed-smollm2-135m-cpu-avx512bf16.json")}
 WORK_LABEL = {"sdpa": "torch's CPU attention kernel alone (one layer's heads, causal), {seq} tokens",
               "forward": "forward with logits, 1 x {seq} tokens", "body": "forward without the output head, 1 x {seq} tokens",
               "rows": "attention rows (4 queries, every head), {seq} tokens", "detect": "retrieval detection, 2 NIAH prompts of {seq} tokens",
@@ -213,7 +217,8 @@ def precision_rows() -> list[tuple[str, ...]]:
             if r["work"] == "matmul":
                 for shape, f, b in zip(r["shapes"], r["peaks"]["float32"], r["peaks"]["bfloat16"]):
                     threads = "one thread" if d.get("threads", 1) == 1 else f"{d['threads']} threads"
-                    rows.append((f"matmul {'x'.join(map(str, shape))} (F.linear), {threads}", "bfloat16 / float32, GFLOPS",
+                    cpu = ", AVX512-BF16 without AMX" if name.endswith("avx512bf16.json") else ""
+                    rows.append((f"matmul {'x'.join(map(str, shape))} (F.linear), {threads}{cpu}", "bfloat16 / float32, GFLOPS",
                                  f"{b / f:.1f}x ({b:.0f} / {f:.0f})", name, cmd))
                 continue
             work = "patch-niah" if r["work"] == "patch" and r["seq"] else r["work"]
