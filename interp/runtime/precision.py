@@ -59,6 +59,9 @@ def cpu_bf16_support(cpuinfo: str | None = None, machine: str | None = None) -> 
                 found.append("amx (torch)")
             if getattr(cpu, "_is_avx512_bf16_supported", lambda: False)():
                 found.append("avx512_bf16 (torch)")
+        if found and not any("amx" in f for f in found):  # vector bf16 only: measured ~2x float32's matmul rate
+            return True, (f"this CPU has bfloat16 matrix instructions ({', '.join(found)}) but no AMX: bfloat16 "
+                          "matmuls run about 2x float32's rate here, 6x with AMX (docs/precision.md#speed)")
         if found:
             return True, f"this CPU has bfloat16 matrix instructions ({', '.join(found)})"
         return False, "this x86 CPU has neither AMX-BF16 nor AVX512-BF16: bfloat16 matmuls would be emulated"
