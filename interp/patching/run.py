@@ -113,8 +113,6 @@ def run_patching(model, pairs: Sequence[PatchPair], config: PatchingConfig | Non
     for site in config.sites:
         kind, axes = GRID_SITES[site]
         row_pair, row_cell, row_k = site_rows(model, site, config, lengths, anchors, labels)
-        order = np.argsort(lengths[row_pair], kind="stable")
-        row_pair, row_cell, row_k = row_pair[order], row_cell[order], row_k[order]
         raw = np.full(len(row_pair), np.nan)
         # the positions a row computes, counted from the end: from its cell on (with prefix reuse), else all
         need = row_k if (reuse and "position" in axes) else lengths[row_pair]
