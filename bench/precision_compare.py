@@ -6,6 +6,7 @@ both dtypes and compares logits on the book (max |diff|, top-1 agreement, KL, lo
 float32 eager attention weights. Writes bench/results/precision-MODEL.json and prints a Markdown table.
 
     python bench/precision_compare.py smollm2-135m [--root runs/precision] [--no-forward]
+    python bench/precision_compare.py smollm2-135m --no-forward --analyses copy-suppression,streaming --merge
 """
 
 from __future__ import annotations
@@ -174,6 +175,97 @@ def patching(r: dict) -> dict:
     return out
 
 
+def copy_suppression(r: dict) -> dict:
+    """Copy-suppression heads, their candidates' criteria and ablation CIs, and every per-head circuit score."""
+    f, b = r["float32"], r["bfloat16"]
+    cand = {d: {c["head"]: c for c in r[d]["candidates"]} for d in DTYPES}
+    out = {"heads": {d: r[d]["copy_suppression_heads"] for d in DTYPES},
+           "candidates": {d: list(cand[d]) for d in DTYPES},
+           "same_heads": set(f["copy_suppression_heads"]) == set(b["copy_suppression_heads"]),
+           "same_candidates": list(cand["float32"]) == list(cand["bfloat16"])}
+    for k in f["scores"]:
+        if k in b["scores"]:
+            out[f"spearman_{k}"] = _spearman(f["scores"][k], b["scores"][k])
+            out[f"max_abs_diff_{k}"] = _maxdiff(f["scores"][k], b["scores"][k])
+    same = []
+    for h in set(cand["float32"]) & set(cand["bfloat16"]):
+        cf, cb = cand["float32"][h], cand["bfloat16"][h]
+        same.append(cf["criteria"] == cb["criteria"])
+        for q in ("delta_prob", "direct", "total", "self_repair"):
+            ef, eb = cf["ablation"][q], cb["ablation"][q]
+            same.append((ef["lo"] > 0 or ef["hi"] < 0) == (eb["lo"] > 0 or eb["hi"] < 0)
+                        and np.sign(ef["mean"]) == np.sign(eb["mean"]))
+    out["candidate_numbers"] = {d: {h: {"ov_suppression": c["ov_suppression"], "qk_lift": c["qk_lift"],
+                                        **{q: c["ablation"][q]["mean"] for q in ("delta_prob", "direct", "self_repair")}}
+                                    for h, c in cand[d].items()} for d in DTYPES}
+    out["ci_verdicts_same"] = f"{sum(same)} of {len(same)}"
+    out["verdict_same"] = bool(out["same_heads"] and out["same_candidates"] and same and all(same))
+    return out
+
+
+def rope_mode(r: dict) -> dict:
+    """One band patch of the phase-or-content runs (rope-zero --mode): recall of the target heads, random pairs
+    outside the band and matched heads at the band's dose, the two CI verdicts and the corpus-loss change."""
+    out = {}
+    for d in DTYPES:
+        x = r[d]["doses"][-1]
+        out[d] = {"mode": r[d]["config"].get("mode"), "dose": x["dose"], "baseline": r[d]["baseline"]["metric"]["mean"],
+                  "target": x["target"]["metric"]["mean"],
+                  "random_dims": x["random_pooled"]["metric"]["mean"] if x.get("random_pooled") else None,
+                  "matched_heads": x["matched_pooled"]["metric"]["mean"] if x.get("matched_pooled") else None,
+                  "task_loss_diff": ((x.get("task") or {}).get("vs_baseline") or {}).get("diff"),
+                  "target_vs_random": _ci(x["target_vs_random_dims"]) if x.get("target_vs_random_dims") else None,
+                  "target_vs_matched": _ci(x["target_vs_matched_heads"]) if x.get("target_vs_matched_heads") else None}
+    same = []
+    for k in ("target_vs_random", "target_vs_matched"):
+        f, b = out["float32"][k], out["bfloat16"][k]
+        if f and b and None not in f[:3] and None not in b[:3]:
+            same.append(((f[1] > 0) or (f[2] < 0)) == ((b[1] > 0) or (b[2] < 0)))
+    out["ci_verdicts_same"] = f"{sum(same)} of {len(same)}"
+    out["verdict_same"] = bool(same) and all(same)
+    return out
+
+
+def rope_decompose(r: dict) -> dict:
+    """The needle's attention-logit gap split by rotary band (rope-profile --decompose): gap and band shares."""
+    out = {}
+    for d in DTYPES:
+        dec = r[d]["decomposition"]
+        out[d] = {"gap": [dec["gap"]["mean"], dec["gap"]["lo"], dec["gap"]["hi"]],
+                  "bands": {x["band"]: [x["estimate"]["mean"], x["share_of_gap"]] for x in dec["bands"]}}
+    f, b = out["float32"]["bands"], out["bfloat16"]["bands"]
+    out["max_abs_share_diff"] = max(abs(f[k][1] - b[k][1]) for k in f if k in b and f[k][1] is not None
+                                    and b[k][1] is not None)
+    return out
+
+
+def _group_size(grid: np.ndarray) -> int:
+    """The largest g such that every run of g consecutive heads of each layer holds one value (a KV group's)."""
+    n = grid.shape[1]
+    for g in range(n, 1, -1):
+        if n % g == 0 and np.array_equal(grid, np.repeat(grid[:, ::g], g, axis=1)):
+            return g
+    return 1
+
+
+def streaming(r: dict) -> dict:
+    """The streaming scan: necessity per head or KV group, labels, the most necessary units."""
+    f, b = r["float32"], r["bfloat16"]
+    lf, lb = np.asarray(f["labels"], dtype=object).ravel(), np.asarray(b["labels"], dtype=object).ravel()
+    # per unit: a KV group's value is repeated over its query heads (consecutive heads share a KV head)
+    g = _group_size(np.asarray(f["scores"], dtype=float)) if f["unit"] == "kv_group" else 1
+    units = {d: np.asarray(r[d]["scores"], dtype=float)[:, ::g] for d in DTYPES}
+    sf, sb = units["float32"].ravel(), units["bfloat16"].ravel()
+    top = {d: [int(i) for i in np.argsort(-units[d].ravel(), kind="stable")[:5]] for d in DTYPES}
+    n = units["float32"].shape[1]
+    name = (lambda i: f"L{i // n}{'G' if g > 1 else 'H'}{i % n}")
+    return {"unit": f["unit"], "counts": {d: r[d]["counts"] for d in DTYPES},
+            "label_agreement": float(np.mean(lf == lb)), "spearman_scores": _spearman(sf, sb),
+            "max_abs_score_diff": _maxdiff(sf, sb), "top5": {d: [name(i) for i in top[d]] for d in DTYPES},
+            "top5_scores": {d: [float(units[d].ravel()[i]) for i in top[d]] for d in DTYPES},
+            "baseline": {d: r[d]["baseline"] for d in DTYPES}, "same_top": top["float32"][0] == top["bfloat16"][0]}
+
+
 def probe(r: dict) -> dict:
     out = {}
     for d in DTYPES:
@@ -299,6 +391,40 @@ def markdown(res: dict) -> str:
             rows.append((f"AtP-QK vs exact, {site}: Pearson, top-k recall",
                          f"{f.get('pearson', float('nan')):.3f}, {f.get('top_k_recall', float('nan')):.2f}",
                          f"{b.get('pearson', float('nan')):.3f}, {b.get('top_k_recall', float('nan')):.2f}", ""))
+    if "copy-suppression" in a:
+        r = a["copy-suppression"]
+        rows.append(("copy-suppression heads (all four criteria); candidates ablated",
+                     f"{', '.join(r['heads']['float32']) or 'none'}; {', '.join(r['candidates']['float32'])}",
+                     f"{', '.join(r['heads']['bfloat16']) or 'none'}; {', '.join(r['candidates']['bfloat16'])}",
+                     ("same heads and candidates" if r["same_heads"] and r["same_candidates"] else "DIFFERENT")
+                     + f"; criteria and ablation CI verdicts {r['ci_verdicts_same']} the same; OV suppression "
+                     f"Spearman {r['spearman_ov_suppression']:.3f}, QK lift Spearman {r['spearman_qk_lift']:.3f}"))
+    for mode in ("zero", "phase", "content", "magnitude"):
+        if f"rope-mode-{mode}" in a:
+            r = a[f"rope-mode-{mode}"]
+
+            def cell(x):
+                return (f"{x['target']:.2f} ({x['random_dims']:.2f} / {x['matched_heads']:.2f}); "
+                        f"{x['task_loss_diff']:+.3f}")
+            rows.append((f"band patch '{mode}' ({r['float32']['dose']} lowest pairs): recall (random pairs / matched "
+                         "heads); corpus loss +", cell(r["float32"]), cell(r["bfloat16"]),
+                         f"CI verdicts {r['ci_verdicts_same']} the same"))
+    if "rope-decompose" in a:
+        r = a["rope-decompose"]
+        low = {d: next(iter(r[d]["bands"].values())) for d in DTYPES}
+        rows.append(("needle logit gap; lowest quarter's share", *(
+            f"{r[d]['gap'][0]:+.2f} [{r[d]['gap'][1]:+.2f}, {r[d]['gap'][2]:+.2f}]; {low[d][1]:.0%}" for d in DTYPES),
+            f"band shares within {r['max_abs_share_diff']:.3f}"))
+    if "streaming" in a:
+        r = a["streaming"]
+        rows.append((f"streaming scan (per {r['unit'].replace('_', ' ')}): most necessary",
+                     *(", ".join(f"{u} {v:.2f}" for u, v in zip(r["top5"][d][:3], r["top5_scores"][d][:3]))
+                       for d in DTYPES),
+                     f"same top unit: {r['same_top']}; necessity Spearman {r['spearman_scores']:.3f}, max abs diff "
+                     f"{r['max_abs_score_diff']:.2f}; labels agree on {r['label_agreement']:.0%}"))
+        rows.append(("streaming labels: far-context / streaming / mixed (query heads)",
+                     *(" / ".join(str(r["counts"][d].get(k, 0)) for k in ("far-context", "streaming", "mixed"))
+                       for d in DTYPES), ""))
     if "probe" in a:
         rows.append(("probes: held-out position R² per layer", "", "",
                      f"max abs diff {a['probe']['max_abs_r2_diff']:.3f}"))
@@ -327,6 +453,9 @@ def main(argv=None) -> int:
     p.add_argument("--no-forward", action="store_true", help="skip the logits / rows comparison (loads the model)")
     p.add_argument("--forward-from", default=None, help="a JSON {model: forward_checks(model)} computed before")
     p.add_argument("--out", default=None)
+    p.add_argument("--analyses", default=None,
+                   help="comma-separated analyses to compare (default: every one both dtypes finished), e.g. "
+                        "copy-suppression,streaming")
     p.add_argument("--merge", action="store_true",
                    help="keep the analyses (and forward checks) of the existing output that this root lacks: a later "
                         "battery adds its comparisons to an earlier one's")
@@ -336,8 +465,16 @@ def main(argv=None) -> int:
     table = {"retrieval": ("retrieval.json", retrieval), "induction": ("induction.json", induction),
              "ablate": ("ablation.json", ablate), "rope-profile": ("rope_profile.json", rope_profile),
              "rope-zero": ("rope_zero.json", rope_zero), "ioi-resid": ("patching.json", patching),
-             "ioi-atp": ("patching.json", patching), "probe": ("probes.json", probe)}
+             "ioi-atp": ("patching.json", patching), "probe": ("probes.json", probe),
+             "copy-suppression": ("copy_suppression.json", copy_suppression),
+             **{f"rope-mode-{m}": ("rope_zero.json", rope_mode) for m in ("zero", "phase", "content", "magnitude")},
+             "rope-decompose": ("rope_profile.json", rope_decompose), "streaming": ("streaming.json", streaming)}
+    only = set(a.analyses.split(",")) if a.analyses else None
+    if only and only - set(table):
+        p.error(f"unknown analyses {', '.join(sorted(only - set(table)))}; known: {', '.join(table)}")
     for name, (file, fn) in table.items():
+        if only and name not in only:
+            continue
         r = _load(root, a.model, name, file)
         res["cpu_s"][name] = _cost(root, a.model, name)
         if r is not None:

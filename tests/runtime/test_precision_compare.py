@@ -1,0 +1,97 @@
+"""bench/precision_compare.py's verdict checks: the same result in both dtypes agrees, and a changed head set,
+criterion, CI or label is reported as a change (the study's tables rest on these flags)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("precision_compare", ROOT / "bench" / "precision_compare.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _ci(mean, lo, hi):
+    return {"mean": mean, "lo": lo, "hi": hi}
+
+
+def _copy_suppression():
+    rng = np.random.default_rng(0)
+    scores = {k: rng.normal(size=(4, 3)).tolist() for k in ("ov_suppression", "qk_lift")}
+    cand = [{"head": h, "ov_suppression": 0.6, "qk_lift": 0.2,
+             "criteria": {"ov": True, "qk": False, "dla": True, "ablation": True},
+             "ablation": {"delta_prob": _ci(0.03, 0.02, 0.04), "direct": _ci(-0.9, -1.0, -0.8),
+                          "total": _ci(-1.1, -1.2, -1.0), "self_repair": _ci(0.25, 0.16, 0.35)}}
+            for h in ("L3H1", "L2H0")]
+    return {"scores": scores, "candidates": cand, "copy_suppression_heads": []}
+
+
+def test_copy_suppression_same_and_changed():
+    pc = _module()
+    f = _copy_suppression()
+    same = pc.copy_suppression({"float32": f, "bfloat16": copy.deepcopy(f)})
+    assert same["verdict_same"] and same["ci_verdicts_same"] == "10 of 10"
+    assert abs(same["spearman_qk_lift"] - 1) < 1e-12 and same["max_abs_diff_qk_lift"] == 0
+    b = copy.deepcopy(f)
+    b["candidates"][1]["ablation"]["delta_prob"] = _ci(0.01, -0.01, 0.02)  # the CI now includes 0
+    r = pc.copy_suppression({"float32": f, "bfloat16": b})
+    assert not r["verdict_same"] and r["ci_verdicts_same"] == "9 of 10"
+    b = copy.deepcopy(f)
+    b["candidates"][0]["criteria"]["qk"] = True
+    b["copy_suppression_heads"] = ["L3H1"]
+    r = pc.copy_suppression({"float32": f, "bfloat16": b})
+    assert not r["verdict_same"] and not r["same_heads"]
+
+
+def _rope_mode(target_ci):
+    dose = {"dose": 4, "target": {"metric": {"mean": 0.0}}, "random_pooled": {"metric": {"mean": 0.4}},
+            "matched_pooled": {"metric": {"mean": 0.6}}, "task": {"vs_baseline": {"diff": 0.005}},
+            "target_vs_random_dims": {"diff": target_ci[0], "diff_lo": target_ci[1], "diff_hi": target_ci[2],
+                                      "p_value": 0.004},
+            "target_vs_matched_heads": {"diff": -0.6, "diff_lo": -0.8, "diff_hi": -0.4, "p_value": 5e-4}}
+    return {"config": {"mode": "magnitude"}, "baseline": {"metric": {"mean": 0.75}},
+            "doses": [{"dose": 0, "target": {"metric": {"mean": 0.75}}}, dose]}
+
+
+def test_rope_mode_reads_the_band_dose_and_flags_a_changed_ci():
+    pc = _module()
+    f = _rope_mode((-0.35, -0.57, -0.15))
+    r = pc.rope_mode({"float32": f, "bfloat16": _rope_mode((-0.36, -0.58, -0.14))})
+    assert r["verdict_same"] and r["float32"]["dose"] == 4 and r["float32"]["random_dims"] == 0.4
+    r = pc.rope_mode({"float32": f, "bfloat16": _rope_mode((-0.1, -0.3, 0.05))})
+    assert not r["verdict_same"] and r["ci_verdicts_same"] == "1 of 2"
+
+
+def _streaming(scores, labels):
+    counts = {k: int(sum(x == k for row in labels for x in row)) for k in ("far-context", "streaming", "mixed")}
+    return {"unit": "head", "scores": scores, "labels": labels, "counts": counts, "baseline": {}}
+
+
+def test_streaming_top_unit_and_label_agreement():
+    pc = _module()
+    s = [[0.1, 3.0], [31.9, 0.05]]
+    lab = [["mixed", "far-context"], ["far-context", "streaming"]]
+    r = pc.streaming({"float32": _streaming(s, lab), "bfloat16": _streaming(s, lab)})
+    assert r["same_top"] and r["top5"]["float32"][:2] == ["L1H0", "L0H1"] and r["label_agreement"] == 1.0
+    lab2 = [["mixed", "far-context"], ["far-context", "mixed"]]
+    r = pc.streaming({"float32": _streaming(s, lab), "bfloat16": _streaming([[0.1, 40.0], [31.9, 0.05]], lab2)})
+    assert not r["same_top"] and r["label_agreement"] == 0.75 and r["max_abs_score_diff"] == 37.0
+
+
+def test_streaming_by_kv_group_names_groups():
+    pc = _module()
+    s = [[0.1, 0.1, 12.2, 12.2], [1.0, 1.0, 0.7, 0.7]]  # 2 layers x 2 groups of 2 query heads
+    lab = [["mixed"] * 4, ["mixed"] * 4]
+    f = dict(_streaming(s, lab), unit="kv_group")
+    r = pc.streaming({"float32": f, "bfloat16": copy.deepcopy(f)})
+    assert r["top5"]["float32"] == ["L0G1", "L1G0", "L1G1", "L0G0"]
+    assert r["top5_scores"]["float32"][0] == 12.2
+
