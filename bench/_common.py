@@ -188,26 +188,16 @@ def parse_and_setup(ap: argparse.ArgumentParser, argv, child_main):
     return args, torch
 
 
-def _cpu_model() -> str | None:
-    """The CPU's model name from /proc/cpuinfo (None where there is none)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            if line.lower().startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return None
-
-
 def bench_env(args, torch) -> dict:
     """Package versions and machine facts recorded with every benchmark result."""
     import transformers
 
+    from interp.runtime.cost import cpu_model
     from interp.runtime.precision import cpu_bf16_support
 
     return {"torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "cpu_count": os.cpu_count(),
-            "cpu": _cpu_model(), "cpu_bf16": cpu_bf16_support()[1],  # which bfloat16 instructions the CPU has
+            "cpu": cpu_model(), "cpu_bf16": cpu_bf16_support()[1],  # which bfloat16 instructions the CPU has
             "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
             "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],  # other processes sharing the cores
             "gpu": torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda") else None}

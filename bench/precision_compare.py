@@ -43,6 +43,8 @@ def _cost(root: Path, model: str, analysis: str) -> dict:
                 out[f"{d}_reused_units"] = run["sweep"]["reused"]
                 continue
             out[d] = (run.get("compute") or {}).get("cpu_seconds")
+            if (run.get("compute") or {}).get("cpu"):  # the CPU the seconds were spent on (runs record it)
+                out[f"{d}_cpu"] = run["compute"]["cpu"]
     if all(out.get(d) for d in DTYPES):
         out["ratio"] = out["float32"] / out["bfloat16"]
     return out

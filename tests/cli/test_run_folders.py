@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 
+from interp.runtime.cost import cpu_model
 from tests.helpers import run_cli
 
 DETECT = ["detect", "retrieval", "-m", "tiny-qwen2", "--lengths", "256", "--depths", "0.5", "--n-seeds", "5"]
@@ -27,6 +28,12 @@ def _files(d):
     return sorted(p.name for p in d.iterdir())
 
 
+def test_cpu_model_reads_the_model_name():
+    info = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu avx512_bf16\n"
+    assert cpu_model(info) == "AMD EPYC 9R14"
+    assert cpu_model("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8488C\n") == "Intel(R) Xeon(R) Platinum 8488C"
+
+
 def test_run_json_is_written_last_and_lists_the_runs_files(tmp_path, capsys):
     o = tmp_path / "det"
     code, _, err = run_cli(DETECT + ["--out", str(o)], capsys)
@@ -37,6 +44,7 @@ def test_run_json_is_written_last_and_lists_the_runs_files(tmp_path, capsys):
     assert run["warnings"] == [] and run["format"] == "interp-run"
     c = run["compute"]  # the call's cost: a detection takes measurable wall and CPU time
     assert c["wall_seconds"] > 0 and c["cpu_seconds"] > 0 and c["torch_threads"] >= 1
+    assert c["cpu"] == cpu_model()  # which CPU the seconds were spent on
     # bench/run_cost.py sums the records and lists a run without one apart, never as zero
     old = tmp_path / "old"
     old.mkdir()
