@@ -199,7 +199,12 @@ PRECISION = {"precision-speed-smollm2-135m-cpu.json": (
     "precision-speed-smollm2-135m-cpu-avx512bf16.json": (
     "SmolLM2-135M, a CPU with AVX512-BF16 and no AMX", "python bench/precision_speed.py --model smollm2-135m --only "
                                "matmul,body,detect,patch --repeats 1 --out "
-                               "bench/results/precision-speed-smollm2-135m-cpu-avx512bf16.json")}
+                               "bench/results/precision-speed-smollm2-135m-cpu-avx512bf16.json (sdpa: --only sdpa "
+                               "--repeats 2 --merge, same --out)"),
+    "precision-speed-gemma3-270m-cpu-avx512bf16.json": (
+    "Gemma-3-270M, a CPU with AVX512-BF16 and no AMX", "python bench/precision_speed.py --model gemma3-270m --only "
+                               "forward,body --repeats 2 --out "
+                               "bench/results/precision-speed-gemma3-270m-cpu-avx512bf16.json")}
 WORK_LABEL = {"sdpa": "torch's CPU attention kernel alone (one layer's heads, causal), {seq} tokens",
               "forward": "forward with logits, 1 x {seq} tokens", "body": "forward without the output head, 1 x {seq} tokens",
               "rows": "attention rows (4 queries, every head), {seq} tokens", "detect": "retrieval detection, 2 NIAH prompts of {seq} tokens",
