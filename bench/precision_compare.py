@@ -140,16 +140,21 @@ def rope_profile(r: dict) -> dict:
     return out
 
 
+def _dose(x: dict) -> dict:
+    """One dose of a rope-zero result: recall of the target heads, random pairs and matched heads, task loss change,
+    and the two target-vs-control CIs."""
+    return {"dose": x["dose"], "target": x["target"]["metric"]["mean"],
+            "random_dims": x["random_pooled"]["metric"]["mean"] if x.get("random_pooled") else None,
+            "matched_heads": x["matched_pooled"]["metric"]["mean"] if x.get("matched_pooled") else None,
+            "task_loss_diff": ((x.get("task") or {}).get("vs_baseline") or {}).get("diff"),
+            "target_vs_random": _ci(x["target_vs_random_dims"]) if x.get("target_vs_random_dims") else None,
+            "target_vs_matched": _ci(x["target_vs_matched_heads"]) if x.get("target_vs_matched_heads") else None}
+
+
 def rope_zero(r: dict) -> dict:
     out = {}
     for d in DTYPES:
-        out[d] = [{"dose": x["dose"], "target": x["target"]["metric"]["mean"],
-                   "random_dims": x["random_pooled"]["metric"]["mean"] if x.get("random_pooled") else None,
-                   "matched_heads": x["matched_pooled"]["metric"]["mean"] if x.get("matched_pooled") else None,
-                   "task_loss_diff": ((x.get("task") or {}).get("vs_baseline") or {}).get("diff"),
-                   "target_vs_random": _ci(x["target_vs_random_dims"]) if x.get("target_vs_random_dims") else None,
-                   "target_vs_matched": _ci(x["target_vs_matched_heads"]) if x.get("target_vs_matched_heads") else None}
-                  for x in r[d]["doses"]]
+        out[d] = [_dose(x) for x in r[d]["doses"]]
         out[d].insert(0, {"dose": 0, "target": r[d]["baseline"]["metric"]["mean"]})
     same = []
     for f, b in zip(out["float32"][1:], out["bfloat16"][1:]):
@@ -211,13 +216,7 @@ def rope_mode(r: dict) -> dict:
     out = {}
     for d in DTYPES:
         x = r[d]["doses"][-1]
-        out[d] = {"mode": r[d]["config"].get("mode"), "dose": x["dose"], "baseline": r[d]["baseline"]["metric"]["mean"],
-                  "target": x["target"]["metric"]["mean"],
-                  "random_dims": x["random_pooled"]["metric"]["mean"] if x.get("random_pooled") else None,
-                  "matched_heads": x["matched_pooled"]["metric"]["mean"] if x.get("matched_pooled") else None,
-                  "task_loss_diff": ((x.get("task") or {}).get("vs_baseline") or {}).get("diff"),
-                  "target_vs_random": _ci(x["target_vs_random_dims"]) if x.get("target_vs_random_dims") else None,
-                  "target_vs_matched": _ci(x["target_vs_matched_heads"]) if x.get("target_vs_matched_heads") else None}
+        out[d] = {"mode": r[d]["config"].get("mode"), "baseline": r[d]["baseline"]["metric"]["mean"], **_dose(x)}
     same = []
     for k in ("target_vs_random", "target_vs_matched"):
         f, b = out["float32"][k], out["bfloat16"][k]
