@@ -27,7 +27,7 @@ from _common import add_common_args, bench_env, parse_and_setup, run_child, setu
 
 DTYPES = ("float32", "bfloat16")
 FLOPS = (4e8, 1.6e9, 6.4e9)
-TASKS = {"ioi": (0, 8), "niah": (64, 1)}  # task -> (prompt tokens, pairs), as bench/precision_speed.py's patch rows
+TASKS = ("ioi", "niah")  # bench/precision_speed.py's patch rows (PATCH_TASKS)
 
 
 def child_main(spec: dict) -> None:
@@ -36,13 +36,9 @@ def child_main(spec: dict) -> None:
 
     import interp
     import interp.patching.run as run
-    from precision_speed import patch_pairs
+    from precision_speed import warm_grid
 
-    model = interp.load_model(spec["model"], dtype=spec["dtype"])
-    T, n = TASKS[spec["task"]]
-    pairs = patch_pairs(model, spec["task"], T, n)
-    cfg = interp.PatchingConfig(sites=("resid_pre",), n_boot=10)
-    interp.run_patching(model, pairs[:1], interp.PatchingConfig(sites=("resid_pre",), n_boot=10, positions=(-1,)))
+    model, pairs, cfg = warm_grid(spec["model"], spec["dtype"], spec["task"])
     rows, first = [], None
     for flop in spec["flops"]:
         run.FORWARD_OVERHEAD_FLOP["cpu"] = flop
@@ -71,6 +67,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--tasks", default=",".join(TASKS))
+    ap.add_argument("--dtypes", default=",".join(DTYPES), help="model dtypes to time (each its own process)")
     ap.add_argument("--flops", default=",".join(f"{f:g}" for f in FLOPS), help="fixed costs per pass to try (FLOP)")
     add_common_args(ap, "patch-overhead", child_timeout=3600)
     args, torch = parse_and_setup(ap, argv, child_main)
@@ -81,7 +78,7 @@ def main(argv=None) -> int:
 
     out_rows = []
     for task in args.tasks.split(","):
-        for dtype in DTYPES:
+        for dtype in args.dtypes.split(","):
             spec = {"model": args.model, "task": task, "dtype": dtype, "threads": args.threads, "flops": flops,
                     "used_flop": FORWARD_OVERHEAD_FLOP["cpu"]}
             r = run_child(spec, timeout=args.child_timeout, script=__file__)

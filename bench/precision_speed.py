@@ -20,6 +20,7 @@ starts; the same work in float32 and in bfloat16 side by side, records named by 
 
     python bench/precision_speed.py --model smollm2-135m            # bench/results/precision-speed-smollm2-135m-cpu.json
     python bench/precision_speed.py --model smollm2-135m --only forward --threads 2 --out ...
+    python bench/precision_speed.py --model smollm2-135m --only patch --rounds 3 --out ...   # alternating dtypes
 """
 
 from __future__ import annotations
@@ -172,6 +173,23 @@ def patch_pairs(model, task: str, T: int, n: int) -> list:
     return interp.niah_pairs(model.tokenizer, niah, 0)
 
 
+#: task -> (prompt tokens, pairs) of the patch rows: 8 IOI pairs, one NIAH pair at context length 64
+PATCH_TASKS = {"ioi": (0, 8), "niah": (64, 1)}
+
+
+def warm_grid(model_name: str, dtype: str, task: str):
+    """(model, pairs, config) of a patch row's full resid_pre grid, the model loaded in `dtype` and warmed by a
+    one-position grid (kernel selection, lazy init) before any clock starts."""
+    import interp
+
+    model = interp.load_model(model_name, dtype=dtype)
+    T, n = PATCH_TASKS[task]
+    pairs = patch_pairs(model, task, T, n)
+    cfg = interp.PatchingConfig(sites=("resid_pre",), n_boot=10)
+    interp.run_patching(model, pairs[:1], interp.PatchingConfig(sites=("resid_pre",), n_boot=10, positions=(-1,)))
+    return model, pairs, cfg
+
+
 PLAN = {  # work -> [(seq, extra spec)]
     "matmul": [(1024, {})],
     "sdpa": [(1024, {}), (4096, {})],
@@ -190,6 +208,9 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--only", default=",".join(WORKS), help="comma-separated kinds of work: " + ", ".join(WORKS))
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run each dtype's process this many times, alternating which dtype goes first; a ratio is "
+                         "the median over rounds (on a machine whose speed drifts between processes)")
     ap.add_argument("--merge", action="store_true", help="keep the existing output's rows of the work not rerun")
     add_common_args(ap, "precision-speed", child_timeout=3600)
     args, torch = parse_and_setup(ap, argv, child_main)
@@ -199,14 +220,15 @@ def main(argv=None) -> int:
     rows = []
     for work in only:
         for seq, extra in PLAN[work]:
-            for dtype in DTYPES:
-                spec = {"work": work, "dtype": dtype, "seq": seq, "model": args.model, "threads": args.threads,
-                        "repeats": 1 if work in ("detect", "patch", "atp") else args.repeats, **extra}
-                r = run_child(spec, timeout=args.child_timeout, script=__file__)
-                rows.append({**spec, **r})
-                msg = r.get("error") or (f"{r['median_cpu_s']:.2f} CPU s, peak {r['peak_bytes'] / 2**20:.0f} MiB"
-                                         if "median_cpu_s" in r else "ok")
-                print(f"  {work:8s} T={seq:<5d} {dtype:9s} {msg}", flush=True)
+            for rnd in range(args.rounds):  # odd rounds run bfloat16 first: a drift of the machine's speed cancels
+                for dtype in (DTYPES if rnd % 2 == 0 else DTYPES[::-1]):
+                    spec = {"work": work, "dtype": dtype, "seq": seq, "model": args.model, "threads": args.threads,
+                            "repeats": 1 if work in ("detect", "patch", "atp") else args.repeats, **extra}
+                    r = run_child(spec, timeout=args.child_timeout, script=__file__)
+                    rows.append({**spec, **r, "round": rnd})
+                    msg = r.get("error") or (f"{r['median_cpu_s']:.2f} CPU s, peak {r['peak_bytes'] / 2**20:.0f} MiB"
+                                             if "median_cpu_s" in r else "ok")
+                    print(f"  {work:8s} T={seq:<5d} {dtype:9s} round {rnd} {msg}", flush=True)
     out = Path(args.out or f"bench/results/precision-speed-{args.model}-{args.device.split(':')[0]}"
                            f"{'-t%d' % args.threads if args.threads != 1 else ''}.json")
     env = bench_env(args, torch)
@@ -236,25 +258,34 @@ def main(argv=None) -> int:
 
 
 def ratios(rows: list[dict]) -> list[dict]:
-    """float32 / bfloat16 per (work, seq): CPU time and peak memory; achieved GFLOPS of forwards; matmul peaks."""
+    """float32 / bfloat16 per (work, seq): CPU time and peak memory; achieved GFLOPS of forwards; matmul peaks.
+    With several rounds (`--rounds`): each dtype's CPU time is the median over rounds, the ratio the median of the
+    rounds' own ratios (a round's two processes ran back to back), peak memory the largest of any round."""
     out = []
     key = lambda r: (r["work"], r["seq"])  # noqa: E731
     for k in dict.fromkeys(key(r) for r in rows):
-        by = {r["dtype"]: r for r in rows if key(r) == k and "error" not in r}
-        if set(by) != set(DTYPES):
+        rounds = {d: [r for r in rows if key(r) == k and r["dtype"] == d and "error" not in r] for d in DTYPES}
+        if not all(rounds.values()):
             continue
-        if k[0] == "matmul":
-            out.append({"work": "matmul", "seq": k[1], "peaks": {d: [m["gflops"] for m in by[d]["matmul"]]
-                                                                  for d in DTYPES},
-                        "shapes": [m["shape"] for m in by["float32"]["matmul"]], "cpu_ratio": float("nan"),
+        f, b = rounds["float32"], rounds["bfloat16"]
+        if k[0] == "matmul":  # each shape's rate: the median over rounds
+            out.append({"work": "matmul", "seq": k[1],
+                        "peaks": {d: [statistics.median(r["matmul"][i]["gflops"] for r in rs)
+                                      for i in range(len(rs[0]["matmul"]))] for d, rs in rounds.items()},
+                        "shapes": [m["shape"] for m in f[0]["matmul"]], "cpu_ratio": float("nan"),
                         "mem_ratio": float("nan")})
             continue
-        f, b = by["float32"], by["bfloat16"]
-        row = {"work": k[0], "seq": k[1], "cpu_ratio": f["median_cpu_s"] / b["median_cpu_s"],
-               "mem_ratio": f["peak_bytes"] / max(b["peak_bytes"], 1),
-               "cpu_s": {"float32": f["median_cpu_s"], "bfloat16": b["median_cpu_s"]}}
-        if "achieved_gflops" in f:
-            row["gflops"] = {"float32": f["achieved_gflops"], "bfloat16": b["achieved_gflops"]}
+        cpu = {d: statistics.median(r["median_cpu_s"] for r in rs) for d, rs in rounds.items()}
+        per_round = [x["median_cpu_s"] / y["median_cpu_s"] for x, y in zip(f, b)]
+        row = {"work": k[0], "seq": k[1], "cpu_ratio": statistics.median(per_round),
+               "mem_ratio": max(r["peak_bytes"] for r in f) / max(max(r["peak_bytes"] for r in b), 1),
+               "cpu_s": cpu}
+        if "flops" in f[0]:
+            row["gflops"] = {d: rs[0]["flops"] / statistics.median(r["median_wall_s"] for r in rs) / 1e9
+                             for d, rs in rounds.items()}
+        if len(per_round) > 1:  # the spread behind the median
+            row["round_cpu_s"] = {d: [r["median_cpu_s"] for r in rs] for d, rs in rounds.items()}
+            row["round_cpu_ratios"] = per_round
         out.append(row)
     return out
 

@@ -201,6 +201,11 @@ PRECISION = {"precision-speed-smollm2-135m-cpu.json": (
                                "matmul,body,detect,patch --repeats 1 --out "
                                "bench/results/precision-speed-smollm2-135m-cpu-avx512bf16.json (sdpa: --only sdpa "
                                "--repeats 2 --merge, same --out)"),
+    "precision-speed-smollm2-135m-cpu-amx2.json": (
+    "SmolLM2-135M, a second CPU with AMX", "python bench/precision_speed.py --model smollm2-135m --only patch "
+                               "--rounds 3 --out bench/results/precision-speed-smollm2-135m-cpu-amx2.json (matmul: "
+                               "--only matmul --rounds 2 --repeats 2 --merge; detect: --only detect --rounds 3 --merge, "
+                               "same --out)"),
     "precision-speed-gemma3-270m-cpu-avx512bf16.json": (
     "Gemma-3-270M, a CPU with AVX512-BF16 and no AMX", "python bench/precision_speed.py --model gemma3-270m --only "
                                "forward,body --repeats 2 --out "
@@ -222,13 +227,17 @@ def precision_rows() -> list[tuple[str, ...]]:
             if r["work"] == "matmul":
                 for shape, f, b in zip(r["shapes"], r["peaks"]["float32"], r["peaks"]["bfloat16"]):
                     threads = "one thread" if d.get("threads", 1) == 1 else f"{d['threads']} threads"
-                    cpu = ", AVX512-BF16 without AMX" if name.endswith("avx512bf16.json") else ""
+                    cpu = (", AVX512-BF16 without AMX" if name.endswith("avx512bf16.json")
+                           else ", a second CPU with AMX" if name.endswith("amx2.json") else "")
                     rows.append((f"matmul {'x'.join(map(str, shape))} (F.linear), {threads}{cpu}", "bfloat16 / float32, GFLOPS",
                                  f"{b / f:.1f}x ({b:.0f} / {f:.0f})", name, cmd))
                 continue
             work = "patch-niah" if r["work"] == "patch" and r["seq"] else r["work"]
             what = f"{WORK_LABEL[work].format(seq=r['seq'])}, {label}"
-            rows.append((what, "float32 / bfloat16, CPU time", f"{r['cpu_ratio']:.2f}x", name, cmd))
+            spread = (f" (rounds {min(r['round_cpu_ratios']):.2f}-{max(r['round_cpu_ratios']):.2f}x)"
+                      if len(r.get("round_cpu_ratios", ())) > 1 else "")
+            what_of = "float32 / bfloat16, CPU time" + (", median of rounds" if spread else "")
+            rows.append((what, what_of, f"{r['cpu_ratio']:.2f}x{spread}", name, cmd))
             if r.get("gflops"):
                 rows.append((what, "achieved GFLOPS, bfloat16 (float32)",
                              f"{r['gflops']['bfloat16']:.0f} ({r['gflops']['float32']:.0f})", name, cmd))
