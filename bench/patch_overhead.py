@@ -74,6 +74,9 @@ def main(argv=None) -> int:
     if args is None:
         return 0
     flops = [float(x) for x in args.flops.split(",")]
+    bad = [d for d in args.dtypes.split(",") if d not in DTYPES]
+    if bad:
+        ap.error(f"--dtypes {','.join(bad)}: choose from {', '.join(DTYPES)}")
     from interp.patching.run import FORWARD_OVERHEAD_FLOP
 
     out_rows = []

@@ -192,24 +192,25 @@ def load_rows() -> list[tuple[str, ...]]:
 
 
 PRECISION = {"precision-speed-smollm2-135m-cpu.json": (
-    "SmolLM2-135M", "python bench/precision_speed.py --model smollm2-135m --repeats 2"),
+    "SmolLM2-135M", "python bench/precision_speed.py --model smollm2-135m --repeats 2", ""),
     "precision-speed-smollm2-135m-cpu-t2.json": (
     "SmolLM2-135M, 2 threads", "python bench/precision_speed.py --model smollm2-135m --threads 2 --only "
-                               "matmul,forward,detect,patch --repeats 2"),
+                               "matmul,forward,detect,patch --repeats 2", ""),
     "precision-speed-smollm2-135m-cpu-avx512bf16.json": (
     "SmolLM2-135M, a CPU with AVX512-BF16 and no AMX", "python bench/precision_speed.py --model smollm2-135m --only "
                                "matmul,body,detect,patch --repeats 1 --out "
                                "bench/results/precision-speed-smollm2-135m-cpu-avx512bf16.json (sdpa: --only sdpa "
-                               "--repeats 2 --merge, same --out)"),
+                               "--repeats 2 --merge, same --out)", "AVX512-BF16 without AMX"),
     "precision-speed-smollm2-135m-cpu-amx2.json": (
     "SmolLM2-135M, a second CPU with AMX", "python bench/precision_speed.py --model smollm2-135m --only patch "
                                "--rounds 3 --out bench/results/precision-speed-smollm2-135m-cpu-amx2.json (matmul: "
                                "--only matmul --rounds 2 --repeats 2 --merge; detect: --only detect --rounds 3 --merge, "
-                               "same --out)"),
+                               "same --out)", "a second CPU with AMX"),
     "precision-speed-gemma3-270m-cpu-avx512bf16.json": (
     "Gemma-3-270M, a CPU with AVX512-BF16 and no AMX", "python bench/precision_speed.py --model gemma3-270m --only "
                                "forward,body --repeats 2 --out "
-                               "bench/results/precision-speed-gemma3-270m-cpu-avx512bf16.json")}
+                               "bench/results/precision-speed-gemma3-270m-cpu-avx512bf16.json",
+                               "AVX512-BF16 without AMX")}  # file -> (label, command, the CPU where not the first AMX one)
 WORK_LABEL = {"sdpa": "torch's CPU attention kernel alone (one layer's heads, causal), {seq} tokens",
               "forward": "forward with logits, 1 x {seq} tokens", "body": "forward without the output head, 1 x {seq} tokens",
               "rows": "attention rows (4 queries, every head), {seq} tokens", "detect": "retrieval detection, 2 NIAH prompts of {seq} tokens",
@@ -221,15 +222,14 @@ WORK_LABEL = {"sdpa": "torch's CPU attention kernel alone (one layer's heads, ca
 
 def precision_rows() -> list[tuple[str, ...]]:
     rows = []
-    for name, (label, cmd) in PRECISION.items():
+    for name, (label, cmd, cpu) in PRECISION.items():
         d = _load(name)
         for r in (d or {}).get("ratios", []):
             if r["work"] == "matmul":
                 for shape, f, b in zip(r["shapes"], r["peaks"]["float32"], r["peaks"]["bfloat16"]):
                     threads = "one thread" if d.get("threads", 1) == 1 else f"{d['threads']} threads"
-                    cpu = (", AVX512-BF16 without AMX" if name.endswith("avx512bf16.json")
-                           else ", a second CPU with AMX" if name.endswith("amx2.json") else "")
-                    rows.append((f"matmul {'x'.join(map(str, shape))} (F.linear), {threads}{cpu}", "bfloat16 / float32, GFLOPS",
+                    rows.append((f"matmul {'x'.join(map(str, shape))} (F.linear), {threads}{', ' + cpu if cpu else ''}",
+                                 "bfloat16 / float32, GFLOPS",
                                  f"{b / f:.1f}x ({b:.0f} / {f:.0f})", name, cmd))
                 continue
             work = "patch-niah" if r["work"] == "patch" and r["seq"] else r["work"]
