@@ -323,6 +323,12 @@ def forward_checks(model: str, n_texts: int = 4, n_tokens: int = 1024, row_posit
     return out
 
 
+# retrieval runs of the battery -> their label; IOI resid_pre grids -> their corruption
+RETRIEVAL_RUNS = {"retrieval": "retrieval heads", "retrieval-needle": "retrieval heads, scored per needle token",
+                  "retrieval-long": "retrieval heads, long contexts"}
+IOI_RUNS = {"ioi-resid": "ABC", "ioi-resid-both": "both names", "ioi-resid-s2": "repeated name"}
+
+
 def _ci_text(c) -> str:
     return "-" if not c else f"{c[0]:+.2f} [{c[1]:+.2f}, {c[2]:+.2f}], p = {c[3]:.2g}"
 
@@ -331,13 +337,15 @@ def markdown(res: dict) -> str:
     """The study's rows for docs/precision.md: what was compared, the float32 and bfloat16 values, agreement."""
     a, m = res["analyses"], res["model"]
     rows = []
-    if "retrieval" in a:
-        r = a["retrieval"]
-        rows.append(("retrieval heads (score > 0.1)", f"{r['n_heads']['float32']}", f"{r['n_heads']['bfloat16']}",
+    for name, label in RETRIEVAL_RUNS.items():
+        if name not in a:
+            continue
+        r = a[name]
+        rows.append((f"{label} (score > 0.1)", f"{r['n_heads']['float32']}", f"{r['n_heads']['bfloat16']}",
                      f"Jaccard {r['jaccard']:.2f}; scores Spearman {r['spearman_scores']:.3f}, max abs diff "
                      f"{r['max_abs_score_diff']:.3f}; only in one: "
                      + (", ".join(sorted(set(r['heads']['float32']) ^ set(r['heads']['bfloat16']))) or "none")))
-        rows.append(("NIAH recall (all prompts)", f"{r['baseline_recall']['float32']:.2f}",
+        rows.append((f"NIAH recall (all prompts{label[len('retrieval heads'):]})", f"{r['baseline_recall']['float32']:.2f}",
                      f"{r['baseline_recall']['bfloat16']:.2f}", "same" if r['baseline_recall']['float32']
                      == r['baseline_recall']['bfloat16'] else "differs"))
     if "induction" in a:
@@ -380,9 +388,11 @@ def markdown(res: dict) -> str:
                          f"{b['task_loss_diff']:+.2f}", ""))
         rows.append(("(iv) CI verdicts vs random pairs and matched heads", "", "",
                      f"{r['ci_verdicts_same']} the same"))
-    if "ioi-resid" in a:
-        r = a["ioi-resid"]["resid_pre"]
-        rows.append(("IOI exact patching, resid_pre every layer x position (normalised effects)", "", "",
+    for name, corrupt in IOI_RUNS.items():
+        if name not in a:
+            continue
+        r = a[name]["resid_pre"]
+        rows.append((f"IOI exact patching ({corrupt}), resid_pre every layer x position (normalised effects)", "", "",
                      f"Pearson {r['pearson']:.4f}, max abs diff {r['max_abs_diff']:.3f}, same top cell: "
                      f"{r['argmax_same']}"))
     if "ioi-atp" in a and "atp_vs_exact" in a["ioi-atp"]:
@@ -463,9 +473,9 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     root = Path(a.root)
     res = {"model": a.model, "dtypes": list(DTYPES), "root": str(root), "analyses": {}, "cpu_s": {}}
-    table = {"retrieval": ("retrieval.json", retrieval), "induction": ("induction.json", induction),
+    table = {**{n: ("retrieval.json", retrieval) for n in RETRIEVAL_RUNS}, "induction": ("induction.json", induction),
              "ablate": ("ablation.json", ablate), "rope-profile": ("rope_profile.json", rope_profile),
-             "rope-zero": ("rope_zero.json", rope_zero), "ioi-resid": ("patching.json", patching),
+             "rope-zero": ("rope_zero.json", rope_zero), **{n: ("patching.json", patching) for n in IOI_RUNS},
              "ioi-atp": ("patching.json", patching), "probe": ("probes.json", probe),
              "copy-suppression": ("copy_suppression.json", copy_suppression),
              **{f"rope-mode-{m}": ("rope_zero.json", rope_mode) for m in ("zero", "phase", "content", "magnitude")},

@@ -9,7 +9,8 @@
 # The grid: retrieval detection at the grid of docs/results-real.md (every length, 5 depths x 4 seeds), induction
 # with its 10 random draws, copy suppression, the phase-or-content band patches and the streaming scan as
 # published; masking, RoPE zeroing and patching on a declared reduced grid
-# (12 NIAH prompts at 1024 tokens, fewer random draws; 64 IOI pairs), because their float32 runs cost hours.
+# (12 NIAH prompts at 1024 tokens, fewer random draws; 64 IOI pairs), because their float32 runs cost hours; the
+# needle-normalised and long-context retrieval runs and IOI's other two corruptions (resid_pre) as published.
 # Each run's folder is skipped when it already holds a finished run (run.json), so an interrupted battery resumes.
 # The random controls are drawn as in docs/results-real.md (--control-exclude none, --random-dims any), so the
 # float32 runs reproduce the published ones.
@@ -22,8 +23,8 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=1 HF_HUB_OFFLI
 NIAH=(--haystack sherlock-holmes --depths 0,0.25,0.5,0.75,1 --n-seeds 4)
 SMALL=(--haystack sherlock-holmes --depths 0,0.5,1 --n-seeds 4 --lengths 1024)
 case $M in
-  smollm2-135m) LENGTHS=1024,2048,4096; POOL=(); DOSES=0,4,8; BAND=4; GROUP=(--by-group) ;;
-  gemma3-270m) LENGTHS=1024,2048; POOL=(--random-pool any); DOSES=0,16,32; BAND=16; GROUP=() ;;
+  smollm2-135m) LENGTHS=1024,2048,4096; LONG=8192; POOL=(); DOSES=0,4,8; BAND=4; GROUP=(--by-group) ;;
+  gemma3-270m) LENGTHS=1024,2048; LONG=4096,8192; POOL=(--random-pool any); DOSES=0,16,32; BAND=16; GROUP=() ;;
   *) echo "unknown model $M" >&2; exit 2 ;;
 esac
 
@@ -55,8 +56,14 @@ run rope-decompose rope-profile --heads retrieval --from "$R/retrieval" --decomp
 # streaming heads: each head (Gemma-3) or KV group (SmolLM2) windowed alone, as published
 run streaming detect streaming --haystack sherlock-holmes --lengths 512 --depths 0,0.25,0.5 --n-seeds 2 \
     --window 64 --sinks 4 --texts 2 "${GROUP[@]}" --from "$R/retrieval"
+# retrieval scored per needle token (--score-norm needle) and at the long lengths, as published
+run retrieval-needle detect retrieval "${NIAH[@]}" --lengths 1024,2048 --score-norm needle
+run retrieval-long detect retrieval "${NIAH[@]}" --lengths "$LONG"
 if [ "$M" = smollm2-135m ]; then
   run ioi-resid patch --task ioi --n-pairs 64 --corrupt abc --site resid_pre
+  # the other two corruptions of docs/results-real.md (both names replaced; the repeated name only)
+  run ioi-resid-both patch --task ioi --n-pairs 64 --corrupt both --site resid_pre
+  run ioi-resid-s2 patch --task ioi --n-pairs 64 --corrupt s2 --site resid_pre
   run ioi-atp patch --task ioi --n-pairs 64 --corrupt abc --site head_out,resid_pre --method atp-qk \
       --verify-top 20 --verify-sample 20
   run probe probe -n 256 --skip-first 1
