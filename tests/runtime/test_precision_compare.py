@@ -95,3 +95,32 @@ def test_streaming_by_kv_group_names_groups():
     assert r["top5"]["float32"] == ["L0G1", "L1G0", "L1G1", "L0G0"]
     assert r["top5_scores"]["float32"][0] == 12.2
 
+
+
+def _retrieval(heads, scores):
+    return {"heads": heads, "scores": scores, "baseline_recall": 0.6, "jaccard_by_length": []}
+
+
+def _patching(mean):
+    return {"sites": {"resid_pre": {"mean": mean}}, "base_value": [2.0, 3.0], "donor_value": [0.5, 0.5]}
+
+
+def test_markdown_names_each_retrieval_run_and_ioi_corruption():
+    pc = _module()
+    s = [[0.5, 0.05], [0.2, 0.0]]
+    a = {"retrieval": pc.retrieval({"float32": _retrieval(["L0H0", "L1H0"], s),
+                                    "bfloat16": _retrieval(["L0H0", "L1H0"], s)}),
+         "retrieval-long": pc.retrieval({"float32": _retrieval(["L0H0", "L1H0"], s),
+                                         "bfloat16": _retrieval(["L0H0"], [[0.5, 0.05], [0.09, 0.0]])}),
+         "ioi-resid-s2": pc.patching({"float32": _patching([[1.0, 0.0], [0.5, 0.2]]),
+                                      "bfloat16": _patching([[0.98, 0.01], [0.5, 0.2]])})}
+    assert a["retrieval"]["jaccard"] == 1.0 and a["retrieval-long"]["jaccard"] == 0.5
+    md = pc.markdown({"model": "m", "analyses": a, "cpu_s": {}})
+    lines = md.splitlines()
+    assert any(l.startswith("| retrieval heads (score > 0.1) | 2 | 2 | Jaccard 1.00") for l in lines)
+    long_row = [l for l in lines if l.startswith("| retrieval heads, long contexts (score > 0.1)")]
+    assert len(long_row) == 1 and "Jaccard 0.50" in long_row[0] and "only in one: L1H0" in long_row[0]
+    assert any(l.startswith("| NIAH recall (all prompts, long contexts)") for l in lines)
+    ioi = [l for l in lines if l.startswith("| IOI exact patching (repeated name)")]
+    assert len(ioi) == 1 and "same top cell: True" in ioi[0]
+    assert not any("(ABC)" in l or "needle token" in l for l in lines)  # runs not in the results get no row
