@@ -167,12 +167,33 @@ def rope_zero(r: dict) -> dict:
     return out
 
 
+def _agreement(f, b) -> dict:
+    return {"pearson": _pearson(f, b), "max_abs_diff": _maxdiff(f, b),
+            "argmax_same": int(np.nanargmax(_flat(f))) == int(np.nanargmax(_flat(b)))}
+
+
 def patching(r: dict) -> dict:
+    """Per grid site: the per-pair mean of normalised effects (the grid's `mean`), the ratio of means (Wang et
+    al.'s normalisation, the one results-real.md reports: a pair whose donor - base gap is near 0 cannot dominate
+    it) and the mean effect in the metric's own units (patched - base, not normalised) compared between the
+    dtypes, and each dtype's pairs with an unstable gap (`unstable_gaps`), which the per-pair mean divides by."""
+    from interp.patching.result import ratio_of_means, unstable_gaps
+
     out = {}
     for site in r["float32"]["sites"]:
         f, b = r["float32"]["sites"][site]["mean"], r["bfloat16"]["sites"][site]["mean"]
-        out[site] = {"pearson": _pearson(f, b), "max_abs_diff": _maxdiff(f, b),
-                     "argmax_same": int(np.nanargmax(_flat(f))) == int(np.nanargmax(_flat(b)))}
+        out[site] = _agreement(f, b)
+        if r["float32"].get("normalized") and r["bfloat16"].get("normalized"):
+            pooled, raw = {}, {}
+            for d in DTYPES:
+                per = np.array(r[d]["sites"][site]["per_pair"], dtype=float)
+                gap = np.asarray(r[d]["donor_value"], dtype=float) - np.asarray(r[d]["base_value"], dtype=float)
+                pooled[d] = ratio_of_means(per, r[d]["donor_value"], r[d]["base_value"])
+                with np.errstate(invalid="ignore"):
+                    raw[d] = np.nanmean(per * gap.reshape((-1,) + (1,) * (per.ndim - 1)), axis=0)
+            out[site]["ratio_of_means"] = _agreement(pooled["float32"], pooled["bfloat16"])
+            out[site]["effect"] = _agreement(raw["float32"], raw["bfloat16"])  # metric units (logits)
+            out[site]["unstable_pairs"] = {d: unstable_gaps(r[d]["donor_value"], r[d]["base_value"]) for d in DTYPES}
     out["clean_minus_corrupt"] = {d: float(np.mean(np.asarray(r[d]["base_value"]) - np.asarray(r[d]["donor_value"])))
                                   for d in DTYPES}
     ver = {d: r[d].get("verification") for d in DTYPES}
@@ -392,6 +413,16 @@ def markdown(res: dict) -> str:
         if name not in a:
             continue
         r = a[name]["resid_pre"]
+        if "ratio_of_means" in r:
+            q, e = r["ratio_of_means"], r["effect"]
+            unstable = {d: len(r["unstable_pairs"][d]) for d in DTYPES}
+            rows.append((f"IOI exact patching ({corrupt}), resid_pre every layer x position: ratio of means; effect "
+                         "in logits; per-pair mean of normalised effects", "", "",
+                         f"Pearson {q['pearson']:.4f}, max abs diff {q['max_abs_diff']:.3f}, same top cell: "
+                         f"{q['argmax_same']}; Pearson {e['pearson']:.4f}, max abs diff {e['max_abs_diff']:.3f}; "
+                         f"Pearson {r['pearson']:.4f}, max abs diff {r['max_abs_diff']:.3f} (pairs with an unstable "
+                         f"gap: {unstable['float32']} / {unstable['bfloat16']})"))
+            continue
         rows.append((f"IOI exact patching ({corrupt}), resid_pre every layer x position (normalised effects)", "", "",
                      f"Pearson {r['pearson']:.4f}, max abs diff {r['max_abs_diff']:.3f}, same top cell: "
                      f"{r['argmax_same']}"))

@@ -124,3 +124,30 @@ def test_markdown_names_each_retrieval_run_and_ioi_corruption():
     ioi = [l for l in lines if l.startswith("| IOI exact patching (repeated name)")]
     assert len(ioi) == 1 and "same top cell: True" in ioi[0]
     assert not any("(ABC)" in l or "needle token" in l for l in lines)  # runs not in the results get no row
+
+
+def _normalised(effects, base, donor):
+    """A normalised patching result of one site from raw effects [pair][layer][position] (patched - base)."""
+    eff = np.asarray(effects, dtype=float)
+    gap = np.asarray(donor) - np.asarray(base)
+    per = eff / gap[:, None, None]
+    return {"normalized": True, "base_value": list(base), "donor_value": list(donor),
+            "sites": {"resid_pre": {"mean": np.nanmean(per, 0).tolist(), "per_pair": per.tolist()}}}
+
+
+def test_patching_ratio_of_means_is_not_ruled_by_a_pair_with_a_tiny_gap():
+    """Pair 2's donor - base gap is 0.05 in one dtype and 0.015 in the other: its per-pair normalised effect
+    triples, the per-pair mean moves far, the ratio of means and the effect in logits barely move."""
+    pc = _module()
+    eff = [[[1.0, 0.1], [2.0, 0.0]], [[1.5, 0.2], [2.5, 0.1]], [[-1.0, 0.0], [-1.1, 0.0]]]
+    f = _normalised(eff, base=[0.0, 0.0, 1.0], donor=[3.0, 4.0, 1.05])
+    b = _normalised(np.asarray(eff) * 1.01, base=[0.0, 0.0, 1.0], donor=[3.0, 4.0, 1.015])
+    r = pc.patching({"float32": f, "bfloat16": b})["resid_pre"]
+    assert r["max_abs_diff"] > 10  # the per-pair mean: pair 2's -22 becomes -73
+    assert r["ratio_of_means"]["max_abs_diff"] < 0.1 and r["ratio_of_means"]["argmax_same"]
+    assert r["effect"]["max_abs_diff"] < 0.03  # logits: every effect moved by 1%
+    assert r["unstable_pairs"] == {"float32": [2], "bfloat16": [2]}
+    md = pc.markdown({"model": "m", "analyses": {"ioi-resid-s2": pc.patching({"float32": f, "bfloat16": b})},
+                      "cpu_s": {}})
+    row = [l for l in md.splitlines() if l.startswith("| IOI exact patching (repeated name)")][0]
+    assert "ratio of means" in row and "unstable gap: 1 / 1" in row
