@@ -22,7 +22,6 @@ for the grouped path's time, an estimate, not a measured run.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import sys
@@ -30,10 +29,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import add_common_args, bench_env, parse_and_setup, run_child, setup_torch  # noqa: E402
+from _common import setup_torch  # noqa: E402
 
-DTYPES = ("float32", "bfloat16")
-TASKS = ("ioi", "niah")  # bench/precision_speed.py's patch rows (PATCH_TASKS)
 
 
 def _record(torch, fn):
@@ -137,46 +134,25 @@ def child_main(spec: dict) -> None:
         "max_abs_diff_vs_float32": err, "shapes": shapes}))
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--tasks", default=",".join(TASKS))
-    add_common_args(ap, "attention-paths", child_timeout=3600)
-    args, torch = parse_and_setup(ap, argv, child_main)
-    if args is None:
-        return 0
-    rows = []
-    for task in args.tasks.split(","):
-        if task not in TASKS:
-            ap.error(f"unknown task {task!r}; known: {', '.join(TASKS)}")
-        for dtype in DTYPES:
-            spec = {"model": args.model, "task": task, "dtype": dtype, "threads": args.threads}
-            r = run_child(spec, timeout=args.child_timeout, script=__file__)
-            rows.append({**spec, **r})
-            if "error" in r:
-                print(f"{task} {dtype}: {r['error']}")
-                continue
-            a = r["attention_s"]
-            print(f"{task:5s} {dtype:9s} grid {r['grid_cpu_s']:.1f} CPU s; its {r['n_calls']} attention calls "
-                  f"({r['n_shapes']} shapes): sdpa {a['sdpa']:.2f} s ({r['attention_share_sdpa']:.0%}), grouped "
-                  f"{a['grouped']:.2f} s ({a['sdpa'] / a['grouped']:.2f}x); grid with grouped (estimate) "
-                  f"{r['est_grid_s_grouped']:.1f} s; max abs diff vs float32: sdpa "
-                  f"{r['max_abs_diff_vs_float32']['sdpa']:.2g}, grouped {r['max_abs_diff_vs_float32']['grouped']:.2g}",
-                  flush=True)
-    for task in args.tasks.split(","):
-        by = {r["dtype"]: r for r in rows if r["task"] == task and "error" not in r}
-        if set(by) == set(DTYPES):
-            f, b = by["float32"], by["bfloat16"]
-            print(f"{task}: float32 / bfloat16 grid ratio {f['grid_cpu_s'] / b['grid_cpu_s']:.2f}x measured; with the "
-                  f"grouped path in both (estimate) {f['est_grid_s_grouped'] / b['est_grid_s_grouped']:.2f}x, in "
-                  f"bfloat16 only {f['grid_cpu_s'] / b['est_grid_s_grouped']:.2f}x")
-    out = Path(args.out or f"bench/results/attention-paths-{args.model}-{args.device.split(':')[0]}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"model": args.model, "threads": args.threads, "env": bench_env(args, torch),
-                               "rows": rows}, indent=1))
-    print(f"written to {out}")
-    return 0
+def _show_row(task: str, dtype: str, r: dict) -> None:
+    a, err = r["attention_s"], r["max_abs_diff_vs_float32"]
+    print(f"{task:5s} {dtype:9s} grid {r['grid_cpu_s']:.1f} CPU s; its {r['n_calls']} attention calls "
+          f"({r['n_shapes']} shapes): sdpa {a['sdpa']:.2f} s ({r['attention_share_sdpa']:.0%}), grouped "
+          f"{a['grouped']:.2f} s ({a['sdpa'] / a['grouped']:.2f}x); grid with grouped (estimate) "
+          f"{r['est_grid_s_grouped']:.1f} s; max abs diff vs float32: sdpa {err['sdpa']:.2g}, grouped "
+          f"{err['grouped']:.2g}", flush=True)
 
+
+def _show_task(task: str, f: dict, b: dict) -> None:
+    print(f"{task}: float32 / bfloat16 grid ratio {f['grid_cpu_s'] / b['grid_cpu_s']:.2f}x measured; with the "
+          f"grouped path in both (estimate) {f['est_grid_s_grouped'] / b['est_grid_s_grouped']:.2f}x, in "
+          f"bfloat16 only {f['grid_cpu_s'] / b['est_grid_s_grouped']:.2f}x")
+
+
+def main(argv=None) -> int:
+    from precision_speed import grid_main
+
+    return grid_main(argv, __doc__, "attention-paths", __file__, child_main, _show_row, _show_task)
 
 if __name__ == "__main__":
     sys.exit(main())

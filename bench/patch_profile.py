@@ -11,17 +11,14 @@ matmul rates allow, the rest of a pass does not.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import add_common_args, bench_env, parse_and_setup, run_child, setup_torch  # noqa: E402
+from _common import setup_torch  # noqa: E402
 
-DTYPES = ("float32", "bfloat16")
-TASKS = ("ioi", "niah")  # bench/precision_speed.py's patch rows (PATCH_TASKS)
 GROUPS = {  # operator -> group; operators not named here count as "other"
     "aten::mm": "matmul", "aten::addmm": "matmul", "aten::bmm": "matmul",
     "aten::_scaled_dot_product_flash_attention_for_cpu": "attention kernel",
@@ -53,39 +50,21 @@ def child_main(spec: dict) -> None:
                                   "groups_s": groups, "top_ops_s": top}))
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--tasks", default=",".join(TASKS))
-    add_common_args(ap, "patch-profile", child_timeout=3600)
-    args, torch = parse_and_setup(ap, argv, child_main)
-    if args is None:
-        return 0
-    rows = []
-    for task in args.tasks.split(","):
-        for dtype in DTYPES:
-            spec = {"model": args.model, "task": task, "dtype": dtype, "threads": args.threads}
-            r = run_child(spec, timeout=args.child_timeout, script=__file__)
-            rows.append({**spec, **r})
-            if "error" in r:
-                print(f"{task} {dtype}: {r['error']}")
-                continue
-            shares = ", ".join(f"{g} {s:.1f} s ({s / r['profiled_self_cpu_s']:.0%})"
-                               for g, s in sorted(r["groups_s"].items(), key=lambda kv: -kv[1]))
-            print(f"{task:5s} {dtype:9s} {r['cpu_s']:.1f} CPU s unprofiled; profiled operators: {shares}", flush=True)
-    for task in args.tasks.split(","):
-        by = {r["dtype"]: r for r in rows if r["task"] == task and "error" not in r}
-        if set(by) == set(DTYPES):
-            f, b = by["float32"]["groups_s"], by["bfloat16"]["groups_s"]
-            print(f"{task}: float32 / bfloat16 per group: " + ", ".join(
-                f"{g} {f[g] / b[g]:.2f}x" for g in f if b.get(g)))
-    out = Path(args.out or f"bench/results/patch-profile-{args.model}-{args.device.split(':')[0]}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"model": args.model, "threads": args.threads, "env": bench_env(args, torch),
-                               "rows": rows}, indent=1))
-    print(f"written to {out}")
-    return 0
+def _show_row(task: str, dtype: str, r: dict) -> None:
+    shares = ", ".join(f"{g} {s:.1f} s ({s / r['profiled_self_cpu_s']:.0%})"
+                       for g, s in sorted(r["groups_s"].items(), key=lambda kv: -kv[1]))
+    print(f"{task:5s} {dtype:9s} {r['cpu_s']:.1f} CPU s unprofiled; profiled operators: {shares}", flush=True)
 
+
+def _show_task(task: str, f: dict, b: dict) -> None:
+    f, b = f["groups_s"], b["groups_s"]
+    print(f"{task}: float32 / bfloat16 per group: " + ", ".join(f"{g} {f[g] / b[g]:.2f}x" for g in f if b.get(g)))
+
+
+def main(argv=None) -> int:
+    from precision_speed import grid_main
+
+    return grid_main(argv, __doc__, "patch-profile", __file__, child_main, _show_row, _show_task)
 
 if __name__ == "__main__":
     sys.exit(main())

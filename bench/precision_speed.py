@@ -190,6 +190,43 @@ def warm_grid(model_name: str, dtype: str, task: str):
     return model, pairs, cfg
 
 
+
+def grid_main(argv, doc: str, name: str, script: str, child_main, show_row, show_task) -> int:
+    """The driver of a benchmark over the patch rows' grids (bench/patch_profile.py, bench/attention_paths.py):
+    `--model`, `--tasks` (PATCH_TASKS), one child process of SCRIPT per (task, dtype), `show_row(task, dtype, r)`
+    for each finished child, `show_task(task, float32 row, bfloat16 row)` for each task both dtypes finished, the
+    rows written to bench/results/NAME-MODEL-DEVICE.json (or --out)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--tasks", default=",".join(PATCH_TASKS))
+    add_common_args(ap, name, child_timeout=3600)
+    args, torch = parse_and_setup(ap, argv, child_main)
+    if args is None:
+        return 0
+    tasks = args.tasks.split(",")
+    if set(tasks) - set(PATCH_TASKS):
+        ap.error(f"unknown tasks {', '.join(sorted(set(tasks) - set(PATCH_TASKS)))}; known: {', '.join(PATCH_TASKS)}")
+    rows = []
+    for task in tasks:
+        for dtype in DTYPES:
+            spec = {"model": args.model, "task": task, "dtype": dtype, "threads": args.threads}
+            r = run_child(spec, timeout=args.child_timeout, script=script)
+            rows.append({**spec, **r})
+            if "error" in r:
+                print(f"{task} {dtype}: {r['error']}")
+                continue
+            show_row(task, dtype, r)
+    for task in tasks:
+        by = {r["dtype"]: r for r in rows if r["task"] == task and "error" not in r}
+        if set(by) == set(DTYPES):
+            show_task(task, by["float32"], by["bfloat16"])
+    out = Path(args.out or f"bench/results/{name}-{args.model}-{args.device.split(':')[0]}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"model": args.model, "threads": args.threads, "env": bench_env(args, torch),
+                               "rows": rows}, indent=1))
+    print(f"written to {out}")
+    return 0
+
 PLAN = {  # work -> [(seq, extra spec)]
     "matmul": [(1024, {})],
     "sdpa": [(1024, {}), (4096, {})],
