@@ -32,7 +32,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import setup_torch  # noqa: E402
 
 
-
 def _record(torch, fn):
     """Run fn() with torch's sdpa wrapped: {(q shape, k shape, masked, is_causal, enable_gqa): calls}."""
     import torch.nn.functional as F

@@ -177,20 +177,19 @@ def patching(r: dict) -> dict:
     al.'s normalisation, the one results-real.md reports: a pair whose donor - base gap is near 0 cannot dominate
     it) and the mean effect in the metric's own units (patched - base, not normalised) compared between the
     dtypes, and each dtype's pairs with an unstable gap (`unstable_gaps`), which the per-pair mean divides by."""
-    from interp.patching.result import ratio_of_means, unstable_gaps
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from ioi_summary import _raw_change  # (patched - base) per pair and cell
+
+    from interp.patching.result import pooled_effect, unstable_gaps
 
     out = {}
     for site in r["float32"]["sites"]:
         f, b = r["float32"]["sites"][site]["mean"], r["bfloat16"]["sites"][site]["mean"]
         out[site] = _agreement(f, b)
         if r["float32"].get("normalized") and r["bfloat16"].get("normalized"):
-            pooled, raw = {}, {}
-            for d in DTYPES:
-                per = np.array(r[d]["sites"][site]["per_pair"], dtype=float)
-                gap = np.asarray(r[d]["donor_value"], dtype=float) - np.asarray(r[d]["base_value"], dtype=float)
-                pooled[d] = ratio_of_means(per, r[d]["donor_value"], r[d]["base_value"])
-                with np.errstate(invalid="ignore"):
-                    raw[d] = np.nanmean(per * gap.reshape((-1,) + (1,) * (per.ndim - 1)), axis=0)
+            pooled = {d: pooled_effect(r[d], site) for d in DTYPES}
+            with np.errstate(invalid="ignore"):
+                raw = {d: np.nanmean(_raw_change(r[d], site)[0], axis=0) for d in DTYPES}
             out[site]["ratio_of_means"] = _agreement(pooled["float32"], pooled["bfloat16"])
             out[site]["effect"] = _agreement(raw["float32"], raw["bfloat16"])  # metric units (logits)
             out[site]["unstable_pairs"] = {d: unstable_gaps(r[d]["donor_value"], r[d]["base_value"]) for d in DTYPES}
